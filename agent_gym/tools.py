@@ -11,16 +11,20 @@ Write a tool either as a typed function with a Google-style docstring::
         '''
 
 or by subclassing :class:`Tool` and implementing :meth:`Tool.run` (and, for tools that gain from batching such
-as search, :meth:`Tool.run_batch`). Whatever a tool does, :meth:`Tool.call` returns a :class:`ToolResult`:
-exceptions, time-outs and invalid arguments become ``ok=False`` results that the agent reads.
+as search, :meth:`Tool.run_batch`). ``async def`` functions and ``run`` methods are awaited. Whatever a tool
+does, :meth:`Tool.call` returns a :class:`ToolResult`: exceptions (``SystemExit`` included), time-outs and
+invalid arguments become ``ok=False`` results that the agent reads. Only ``KeyboardInterrupt`` goes through,
+so that Ctrl-C still stops the process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import enum
 import importlib
 import inspect
+import math
 import re
 import sys
 import types
@@ -29,7 +33,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
-__all__ = ["Tool", "ToolResult", "FunctionTool", "tool", "validate_arguments"]
+__all__ = ["Tool", "ToolResult", "FunctionTool", "tool", "validate_arguments", "DEFAULT_TIMEOUT_S"]
+
+#: seconds one call of a tool may take before it becomes a failed result (``timeout_s=None`` turns it off)
+DEFAULT_TIMEOUT_S = 30.0
 
 # One shared pool runs tool calls that carry a timeout; a timed-out call keeps its thread until it returns,
 # so the pool is sized to tolerate a few stuck calls without blocking the next ones.
@@ -61,14 +68,17 @@ class Tool:
     """Base class of every tool.
 
     Subclasses set ``name``, ``description`` and ``parameters`` (a JSON schema of type ``object``) and
-    implement :meth:`run`. Tools are shared by all environments of a vector env, so keep per-episode state
-    out of them.
+    implement :meth:`run` (plain or ``async``). ``timeout_s`` bounds each call (:data:`DEFAULT_TIMEOUT_S`;
+    ``None`` runs calls in the caller's thread with no limit); for a tool that overrides :meth:`run_batch`,
+    it bounds each batch. Python cannot stop a thread, so a call that timed out keeps running in the
+    background until it returns; its result is dropped. Tools are shared by all environments of a vector env,
+    so keep per-episode state out of them.
     """
 
     name: str = ""
     description: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
-    timeout_s: float | None = None
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
 
     def run(self, **arguments: Any) -> ToolResult | str:
         """Execute one call with validated arguments."""
@@ -107,23 +117,35 @@ class Tool:
         return [result for result in results if result is not None]
 
     def _execute(self, calls: list[dict[str, Any]]) -> list[ToolResult]:
+        if self.timeout_s is not None and len(calls) > 1 and type(self).run_batch is Tool.run_batch:
+            return [result for call in calls for result in self._execute([call])]  # a time limit per call
         try:
             if self.timeout_s is None:
-                raw = self.run_batch(calls)
+                raw = self._run_batch_awaited(calls)
             else:
-                future = _TIMEOUT_POOL.submit(self.run_batch, calls)
+                future = _TIMEOUT_POOL.submit(self._run_batch_awaited, calls)
                 raw = future.result(timeout=self.timeout_s)
         except concurrent.futures.TimeoutError:
             return [ToolResult.error(f"{self.name} timed out after {self.timeout_s:g} s")] * len(calls)
-        except Exception as exc:  # a tool's failure is the agent's observation, not the process's crash
+        except (Exception, SystemExit) as exc:  # a tool's failure is the agent's observation, not the process's end
             if len(calls) > 1:  # one bad call must not fail its batch-mates: retry them one by one
                 return [result for call in calls for result in self._execute([call])]
             return [ToolResult.error(f"{self.name} failed: {type(exc).__name__}: {exc}")]
+        if not isinstance(raw, list | tuple):
+            problem = f"{self.name} returned a {type(raw).__name__}, not a list of {len(calls)} results"
+            return [ToolResult.error(problem)] * len(calls)
         if len(raw) != len(calls):
-            return [ToolResult.error(f"{self.name} returned {len(raw)} results for {len(calls)} calls")] * len(
-                calls
-            )
+            return [ToolResult.error(f"{self.name} returned {len(raw)} results for {len(calls)} calls")] * len(calls)
         return [item if isinstance(item, ToolResult) else ToolResult(text=str(item)) for item in raw]
+
+    def _run_batch_awaited(self, calls: list[dict[str, Any]]) -> Any:
+        """``run_batch``, with any coroutine it returns (an ``async def`` tool's) run to its end."""
+        raw = self.run_batch(calls)
+        if inspect.isawaitable(raw):
+            raw = _run_coroutine(_awaited(raw))
+        if isinstance(raw, list) and any(inspect.isawaitable(item) for item in raw):
+            raw = _run_coroutine(_gathered(raw))  # the calls of a batch run concurrently
+        return raw
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -138,14 +160,14 @@ class FunctionTool(Tool):
         *,
         name: str | None = None,
         description: str | None = None,
-        timeout_s: float | None = None,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
     ) -> None:
         summary, argument_docs = _parse_docstring(inspect.getdoc(function) or "")
         self.function = function
         self.name = name or function.__name__
         self.description = description or summary
         self.parameters = _schema_from_signature(function, argument_docs)
-        self.timeout_s = timeout_s
+        self.timeout_s = _checked_timeout(timeout_s)
         self.__doc__ = function.__doc__
 
     def run(self, **arguments: Any) -> ToolResult | str:
@@ -172,18 +194,51 @@ def _tool_by_reference(module_name: str, qualname: str) -> FunctionTool:
     return getattr(importlib.import_module(module_name), qualname)
 
 
+def _checked_timeout(timeout_s: float | None) -> float | None:
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s < math.inf:
+        raise ValueError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
+    return float(timeout_s)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+async def _gathered(items: list[Any]) -> list[Any]:
+    """Await the awaitables of a list concurrently; an exception fails the batch (and so its retry per call)."""
+
+    async def value_of(item: Any) -> Any:
+        return await item if inspect.isawaitable(item) else item
+
+    return list(await asyncio.gather(*(value_of(item) for item in items)))
+
+
+def _run_coroutine(coroutine: Any) -> Any:
+    """Run a coroutine to its end from synchronous code, even where an event loop already runs in this thread
+    (a notebook, an async trainer): then it runs on a fresh loop in a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-gym-async-tool") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def tool(
     function: Callable[..., Any] | None = None,
     *,
     name: str | None = None,
     description: str | None = None,
-    timeout_s: float | None = None,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
 ) -> Any:
-    """Turn a typed function with a docstring into a :class:`Tool`.
+    """Turn a typed function (plain or ``async def``) with a docstring into a :class:`Tool`.
 
     The schema comes from the signature (``str``, ``int``, ``float``, ``bool``, ``list[...]``, ``Literal`` and
     ``Enum`` types; parameters without defaults are required) and the docstring's ``Args:`` section.
-    Usable bare (``@tool``) or with options (``@tool(timeout_s=2)``).
+    Usable bare (``@tool``) or with options (``@tool(timeout_s=2)``); each call may take ``timeout_s`` seconds
+    (30 by default; ``None`` for no limit) before it becomes a failed result.
     """
 
     def wrap(inner: Callable[..., Any]) -> FunctionTool:
@@ -308,7 +363,7 @@ def validate_arguments(schema: dict[str, Any], arguments: Any) -> str | None:
 def _check_value(schema: dict[str, Any], value: Any) -> str | None:
     if "anyOf" in schema:
         if all(_check_value(option, value) for option in schema["anyOf"]):
-            return f"has an unsupported value {value!r}"
+            return f"has an unsupported value {_short_repr(value)}"
         return None
     expected = schema.get("type")
     checks: dict[str, Callable[[Any], bool]] = {
@@ -321,14 +376,29 @@ def _check_value(schema: dict[str, Any], value: Any) -> str | None:
     }
     if expected in checks and not checks[expected](value):
         return f"must be of type {expected}, got {type(value).__name__}"
+    if expected == "number" and not _is_finite_float(value):
+        return f"must be a finite number, got {_short_repr(value)}"
     if "enum" in schema and value not in schema["enum"]:
-        return f"must be one of {schema['enum']}, got {value!r}"
+        return f"must be one of {schema['enum']}, got {_short_repr(value)}"
     if expected == "array" and "items" in schema:
         for item in value:
             problem = _check_value(schema["items"], item)
             if problem:
                 return f"item {problem}"
     return None
+
+
+def _is_finite_float(value: int | float) -> bool:
+    """NaN, infinities and integers beyond a double's range cannot reach a tool as a float."""
+    if isinstance(value, int):
+        return abs(value) <= sys.float_info.max
+    return math.isfinite(value)
+
+
+def _short_repr(value: Any) -> str:
+    if isinstance(value, int) and abs(value) > sys.float_info.max:  # repr() of a huge int is long, or refused
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    return repr(value)[:80]
 
 
 def _with_defaults(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:

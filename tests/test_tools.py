@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import math
 import pickle
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import pytest
 
-from agent_gym.tools import FunctionTool, Tool, ToolResult, tool, validate_arguments
+from agent_gym.tools import DEFAULT_TIMEOUT_S, FunctionTool, Tool, ToolResult, tool, validate_arguments
 
 
 class Unit(enum.Enum):
@@ -204,6 +207,12 @@ def test_invalid_arguments_give_a_failed_result_naming_the_problem(arguments: An
     assert not result.ok and named_problem in result.text
 
 
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 10**400], ids=["nan", "inf", "-inf", "10**400"])
+def test_number_argument_python_cannot_use_as_a_float_is_invalid(value: Any) -> None:
+    result = convert.call({"value": value})
+    assert not result.ok and "argument 'value' must be a finite number" in result.text
+
+
 def test_bool_is_not_accepted_as_integer() -> None:
     assert "must be of type integer" in validate_arguments(convert.parameters, {"value": 1.0, "precision": True})
 
@@ -290,6 +299,15 @@ def test_run_batch_returning_wrong_count_fails_every_call() -> None:
     assert [result.ok for result in results] == [False, False]
 
 
+def test_run_batch_returning_no_list_fails_every_call() -> None:
+    class Silent(CountingEcho):
+        def run_batch(self, calls: Sequence[dict[str, Any]]) -> None:
+            return None
+
+    results = Silent().call_batch([{"text": "a"}, {"text": "b"}])
+    assert [result.text for result in results] == ["Error: echo returned a NoneType, not a list of 2 results"] * 2
+
+
 def test_slow_tool_times_out_as_failed_result() -> None:
     class Sleepy(Tool):
         name = "sleepy"
@@ -303,9 +321,114 @@ def test_slow_tool_times_out_as_failed_result() -> None:
     assert (result.ok, result.text) == (False, "Error: sleepy timed out after 0.2 s")
 
 
+def test_function_tool_has_a_default_timeout() -> None:
+    assert (lookup.timeout_s, DEFAULT_TIMEOUT_S) == (30.0, 30.0)
+
+
+def test_timeout_none_turns_the_limit_off() -> None:
+    assert FunctionTool(lambda text: text, name="echo", timeout_s=None).timeout_s is None
+
+
+def test_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="timeout_s must be a positive number of seconds or None, got 0"):
+        FunctionTool(lambda text: text, name="echo", timeout_s=0)
+
+
+def test_each_call_of_a_batch_gets_its_own_timeout() -> None:
+    def nap(text: str) -> str:
+        time.sleep(0.3)
+        return text
+
+    results = FunctionTool(nap, name="nap", timeout_s=1.0).call_batch([{"text": str(i)} for i in range(5)])
+    assert [result.text for result in results] == ["0", "1", "2", "3", "4"]
+
+
 def test_fast_tool_with_timeout_returns_its_result() -> None:
     result = FunctionTool(lambda text: text.upper(), name="upper", timeout_s=5).call({"text": "ok"})
     assert result == ToolResult(text="OK")
+
+
+def test_tool_raising_system_exit_gives_a_failed_result() -> None:
+    def quit_now(text: str) -> str:
+        sys.exit(3)
+
+    result = FunctionTool(quit_now, name="quit_now").call({"text": "x"})
+    assert (result.ok, result.text) == (False, "Error: quit_now failed: SystemExit: 3")
+
+
+def test_tool_raising_system_exit_without_a_timeout_gives_a_failed_result() -> None:
+    def quit_now(text: str) -> str:
+        raise SystemExit("bye")
+
+    result = FunctionTool(quit_now, name="quit_now", timeout_s=None).call({"text": "x"})
+    assert (result.ok, result.text) == (False, "Error: quit_now failed: SystemExit: bye")
+
+
+@pytest.mark.parametrize("timeout_s", [None, 5.0])
+def test_keyboard_interrupt_in_a_tool_still_stops_the_process(timeout_s: float | None) -> None:
+    def interrupted(text: str) -> str:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        FunctionTool(interrupted, name="interrupted", timeout_s=timeout_s).call({"text": "x"})
+
+
+# ---------------------------------------------------------------------------------------------- async tools
+
+
+@tool
+async def shout(text: str) -> str:
+    """Shout the text back.
+
+    Args:
+        text: what to shout.
+    """
+    await asyncio.sleep(0)
+    return text.upper()
+
+
+def test_async_function_tool_is_awaited() -> None:
+    assert shout.call({"text": "hi"}) == ToolResult(text="HI")
+
+
+def test_async_function_tool_without_timeout_is_awaited() -> None:
+    assert FunctionTool(shout.function, name="shout", timeout_s=None).call({"text": "hi"}).text == "HI"
+
+
+def test_async_tool_runs_when_an_event_loop_is_already_running() -> None:
+    async def inside_a_loop() -> ToolResult:
+        return FunctionTool(shout.function, name="shout", timeout_s=None).call({"text": "hi"})
+
+    assert asyncio.run(inside_a_loop()).text == "HI"
+
+
+def test_async_subclass_run_is_awaited_for_every_call_of_a_batch() -> None:
+    class AsyncEcho(Tool):
+        name = "echo"
+        parameters = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+        async def run(self, text: str) -> ToolResult:
+            await asyncio.sleep(0)
+            return ToolResult(text=text)
+
+    assert [result.text for result in AsyncEcho().call_batch([{"text": "a"}, {"text": "b"}])] == ["a", "b"]
+
+
+def test_slow_async_tool_times_out_as_failed_result() -> None:
+    async def dawdle(text: str) -> str:
+        await asyncio.sleep(1.0)
+        return text
+
+    result = FunctionTool(dawdle, name="dawdle", timeout_s=0.2).call({"text": "x"})
+    assert (result.ok, result.text) == (False, "Error: dawdle timed out after 0.2 s")
+
+
+def test_async_tool_exception_becomes_failed_result() -> None:
+    async def broken(text: str) -> str:
+        raise RuntimeError("no")
+
+    result = FunctionTool(broken, name="broken").call({"text": "x"})
+    assert (result.ok, result.text) == (False, "Error: broken failed: RuntimeError: no")
 
 
 # ---------------------------------------------------------------------------------------------- pickling
