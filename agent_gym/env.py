@@ -120,6 +120,7 @@ class ToolEnv(gym.Env[str, str]):
                 raise ValueError(f"two tools are named {item.name!r}")
             self.tools[item.name] = item
         self.tool_format = get_format(tool_format)
+        self.tool_format.check_tools([item.schema() for item in self.tools.values()])
         self.reward_spec = get_reward_spec(reward)
         self.max_turns = max_turns
         self.max_calls_per_turn = max_calls_per_turn
@@ -165,7 +166,7 @@ class ToolEnv(gym.Env[str, str]):
         info = self._base_info(context_rewritten=False)
         info["tools"] = copy.deepcopy(self.tool_schemas)
         info["tool_format"] = self.tool_format.name
-        info["stop_strings"] = list(self.tool_format.stop_strings)
+        info["stop_strings"] = list(self.tool_format.stop_strings_for(self.tool_schemas))
         info["reward_spec"] = self.reward_spec.name
         if self.render_mode == "human":
             self.render()

@@ -7,15 +7,18 @@ A format is independent of the tools, so every tool speaks every format:
 - ``xml`` (Search-R1 style): ``<search>query</search>``, results in ``<information>...</information>``.
 - ``openai``: the turn is an assistant message as JSON with structured ``tool_calls``.
 
-In every format the final answer goes in ``<answer>...</answer>``. Parsing never raises: whatever is wrong
-with a turn is described in :attr:`ParsedAction.errors` (turn-level) or :attr:`ToolCall.error` (call-level),
-in words meant for the agent.
+In every format the final answer goes in ``<answer>...</answer>``, written outside any tool call: an answer
+tag inside a call's body is part of the call. Parsing never raises: whatever is wrong with a turn (bad JSON,
+numbers Python cannot hold, NaN) is described in :attr:`ParsedAction.errors` (turn-level) or
+:attr:`ToolCall.error` (call-level), in words meant for the agent.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -96,12 +99,43 @@ def _check_known_tool(call: ToolCall, known: dict[str, dict[str, Any]]) -> ToolC
     return call
 
 
+class JSONProblem(ValueError):
+    """Why a JSON text was refused, in words meant for the agent."""
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):  # 1e400 overflows to inf
+        raise JSONProblem(f"{token[:40]} is not a finite number")
+    return value
+
+
+def _bounded_int(token: str) -> int:
+    # Python refuses int(str) beyond sys.get_int_max_str_digits() (4,300 by default) with a ValueError
+    digits = len(token.lstrip("-"))
+    limit = sys.get_int_max_str_digits()
+    if limit and digits > limit:
+        raise JSONProblem(f"an integer of {digits} digits is longer than the {limit} allowed")
+    return int(token)
+
+
+def _no_constant(token: str) -> Any:
+    raise JSONProblem(f"{token} is not a finite number")  # NaN, Infinity, -Infinity: not JSON (RFC 8259)
+
+
 def _loads(text: str) -> Any:
-    """``json.loads`` that reports too-deep nesting (``[[[[...``) as a decode error, not a RecursionError."""
+    """Strict ``json.loads``: every refusal (bad syntax, too-deep nesting, NaN, 1e400, an integer of more digits
+    than Python converts) raises :class:`JSONProblem`, never a RecursionError or a bare ValueError."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_float=_finite_float, parse_int=_bounded_int, parse_constant=_no_constant)
+    except JSONProblem:
+        raise
+    except json.JSONDecodeError as exc:
+        raise JSONProblem(f"{exc.msg} at position {exc.pos}") from None
     except RecursionError:
-        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+        raise JSONProblem("nested too deeply at position 0") from None
+    except ValueError as exc:  # anything else the decoder refuses
+        raise JSONProblem(str(exc)[:200]) from None
 
 
 def _parse_arguments(raw: Any) -> tuple[Any, str | None]:
@@ -109,11 +143,22 @@ def _parse_arguments(raw: Any) -> tuple[Any, str | None]:
     if isinstance(raw, str):
         try:
             raw = _loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
-            return raw, f"the arguments are not valid JSON ({exc.msg} at position {exc.pos})."
+        except JSONProblem as exc:
+            return raw, f"the arguments are not valid JSON ({exc})."
     if not isinstance(raw, dict):
         return raw, f"the arguments must be a JSON object, got {type(raw).__name__}."
     return raw, None
+
+
+def _answer_outside(parts: Sequence[str], errors: list[str]) -> str | None:
+    """The final answer, looked for only in the text between tool calls (``parts``)."""
+    return _extract_answer(" ".join(parts), errors)
+
+
+def _cap_calls(parsed: ParsedAction, max_calls: int) -> None:
+    if len(parsed.tool_calls) > max_calls:
+        parsed.errors.append(f"{len(parsed.tool_calls)} tool calls in one turn; at most {max_calls} run.")
+        del parsed.tool_calls[max_calls:]
 
 
 def _no_action_error(example_call: str) -> str:
@@ -127,8 +172,15 @@ class ToolFormat(ABC):
     """How tool calls, tool results and answers are written as text."""
 
     name: str = ""
-    #: strings after which generation should stop (the end of a call or of an answer)
+    #: strings after which generation should stop (the end of a call or of an answer), whatever the tools
     stop_strings: tuple[str, ...] = ()
+
+    def stop_strings_for(self, tool_schemas: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+        """The stop strings of this format with these tools (xml adds each tool's closing tag)."""
+        return self.stop_strings
+
+    def check_tools(self, tool_schemas: Sequence[dict[str, Any]]) -> None:  # noqa: B027 (optional hook)
+        """Raise ``ValueError`` if this format cannot express a call to one of these tools."""
 
     @abstractmethod
     def parse(self, action: str, tool_schemas: Sequence[dict[str, Any]], max_calls: int) -> ParsedAction:
@@ -175,27 +227,30 @@ class HermesFormat(ToolFormat):
     def parse(self, action: str, tool_schemas: Sequence[dict[str, Any]], max_calls: int) -> ParsedAction:
         parsed = ParsedAction()
         known = _schema_names(tool_schemas)
-        parsed.answer = _extract_answer(action, parsed.errors)
+        outside: list[str] = []  # the text between calls, where an answer may be
+        call_errors: list[str] = []
         position = 0
         while True:
             start = action.find(self._OPEN, position)
             if start < 0:
-                if action.find(self._CLOSE, position) >= 0:
-                    parsed.errors.append(f"found {self._CLOSE} without a matching {self._OPEN}.")
+                outside.append(action[position:])
+                if self._CLOSE in outside[-1]:
+                    call_errors.append(f"found {self._CLOSE} without a matching {self._OPEN}.")
                 break
+            outside.append(action[position:start])
             end = action.find(self._CLOSE, start)
-            if end < 0:
-                parsed.errors.append(f"a {self._OPEN} tag is not closed; end each call with {self._CLOSE}.")
+            if end < 0:  # everything after an unclosed tag is inside it
+                call_errors.append(f"a {self._OPEN} tag is not closed; end each call with {self._CLOSE}.")
                 break
             body = action[start + len(self._OPEN) : end]
             position = end + len(self._CLOSE)
             if self._OPEN in body:
-                parsed.errors.append(f"nested {self._OPEN} tags; write one call per {self._OPEN} block.")
+                call_errors.append(f"nested {self._OPEN} tags; write one call per {self._OPEN} block.")
                 continue
             parsed.tool_calls.append(_check_known_tool(self._parse_body(body, len(parsed.tool_calls)), known))
-        if len(parsed.tool_calls) > max_calls:
-            parsed.errors.append(f"{len(parsed.tool_calls)} tool calls in one turn; at most {max_calls} run.")
-            del parsed.tool_calls[max_calls:]
+        parsed.answer = _answer_outside(outside, parsed.errors)
+        parsed.errors.extend(call_errors)
+        _cap_calls(parsed, max_calls)
         if parsed.answer is None and not parsed.tool_calls and not parsed.errors:
             example = next(iter(known), "search")
             call = f'<tool_call>{{"name": "{example}", "arguments": {{...}}}}</tool_call>'
@@ -207,8 +262,8 @@ class HermesFormat(ToolFormat):
         call_id = f"call_{index}"
         try:
             payload = _loads(body)
-        except json.JSONDecodeError as exc:
-            return ToolCall("", None, call_id, f"the tool call is not valid JSON ({exc.msg} at position {exc.pos}).")
+        except JSONProblem as exc:
+            return ToolCall("", None, call_id, f"the tool call is not valid JSON ({exc}).")
         if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
             return ToolCall("", None, call_id, 'a tool call must be a JSON object with a string "name".')
         arguments, problem = _parse_arguments(payload.get("arguments", payload.get("parameters", {})))
@@ -244,71 +299,117 @@ class HermesFormat(ToolFormat):
 
 
 class XMLFormat(ToolFormat):
-    """Search-R1 style: ``<search>query</search>``; a tool's tag carries its first string parameter."""
+    """Search-R1 style: ``<search>query</search>``.
+
+    A tool whose one parameter is a string takes it as the tag's plain body; any other tool takes a JSON object
+    of its arguments (``<convert>{"value": 20, "unit": "fahrenheit"}</convert>``), and a JSON object works for
+    every tool. Generation stops at any tool's closing tag or at ``</answer>``.
+    """
 
     name = "xml"
-    stop_strings = ("</search>", ANSWER_CLOSE)
+    stop_strings = (ANSWER_CLOSE,)
     _TAG = re.compile(r"<([A-Za-z_][\w-]{0,63})>")
+    #: tags the format itself uses, which a tool may not be named
+    RESERVED_TAGS = ("answer", "information")
+
+    def stop_strings_for(self, tool_schemas: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+        return tuple(f"</{name}>" for name in _schema_names(tool_schemas)) + self.stop_strings
+
+    def check_tools(self, tool_schemas: Sequence[dict[str, Any]]) -> None:
+        for name in _schema_names(tool_schemas):
+            if name in self.RESERVED_TAGS or not self._TAG.fullmatch(f"<{name}>"):
+                raise ValueError(
+                    f"the xml format cannot call a tool named {name!r}: a tool's name must be a tag name "
+                    f"(letters, digits, _ and -, at most 64) other than {' or '.join(self.RESERVED_TAGS)}; "
+                    "rename the tool or use tool_format='hermes'"
+                )
 
     def parse(self, action: str, tool_schemas: Sequence[dict[str, Any]], max_calls: int) -> ParsedAction:
         parsed = ParsedAction()
         known = _schema_names(tool_schemas)
-        parsed.answer = _extract_answer(action, parsed.errors)
-        for match in self._TAG.finditer(action):
+        outside: list[str] = []  # the text between calls, where an answer may be
+        call_errors: list[str] = []
+        position = 0
+        while True:
+            match = next((m for m in self._TAG.finditer(action, position) if m.group(1) in known), None)
+            if match is None:  # <answer>, <think> and prose tags are not calls
+                outside.append(action[position:])
+                break
+            outside.append(action[position : match.start()])
             name = match.group(1)
-            if name not in known:
-                continue  # <answer>, <think> and prose tags are not calls
             close = f"</{name}>"
             end = action.find(close, match.end())
-            if end < 0:
-                parsed.errors.append(f"the <{name}> tag is not closed; end it with {close}.")
-                break  # everything after an unclosed tag is inside it
+            if end < 0:  # everything after an unclosed tag is inside it
+                call_errors.append(f"the <{name}> tag is not closed; end it with {close}.")
+                break
             body = action[match.end() : end]
+            position = end + len(close)
             if f"<{name}>" in body:
-                parsed.errors.append(f"nested <{name}> tags; write one call per tag.")
+                call_errors.append(f"nested <{name}> tags; write one call per tag.")
                 continue
-            call = self._call_from_body(name, body.strip(), known[name], len(parsed.tool_calls))
-            parsed.tool_calls.append(call)
-        if len(parsed.tool_calls) > max_calls:
-            parsed.errors.append(f"{len(parsed.tool_calls)} tool calls in one turn; at most {max_calls} run.")
-            del parsed.tool_calls[max_calls:]
+            parsed.tool_calls.append(self._call_from_body(name, body.strip(), known[name], len(parsed.tool_calls)))
+        parsed.answer = _answer_outside(outside, parsed.errors)
+        parsed.errors.extend(call_errors)
+        _cap_calls(parsed, max_calls)
         if parsed.answer is None and not parsed.tool_calls and not parsed.errors:
             first = next(iter(known), "search")
             parsed.errors.append(_no_action_error(f"<{first}>...</{first}>"))
         return parsed
 
     @staticmethod
-    def _primary_parameter(function: dict[str, Any]) -> str | None:
+    def _plain_parameter(function: dict[str, Any]) -> str | None:
+        """The parameter a plain tag body fills: the tool's one (required) parameter, when it is a string."""
+        parameters = function.get("parameters", {})
+        properties = parameters.get("properties", {})
+        candidates = parameters.get("required") or list(properties)
+        if len(candidates) != 1:
+            return None
+        kind = properties.get(candidates[0], {}).get("type", "string")
+        return candidates[0] if kind == "string" else None
+
+    @staticmethod
+    def _json_example(function: dict[str, Any]) -> str:
         parameters = function.get("parameters", {})
         required = parameters.get("required") or list(parameters.get("properties", {}))
-        return required[0] if required else None
+        return "{" + ", ".join(f'"{name}": ...' for name in required) + "}"
 
     def _call_from_body(self, name: str, body: str, function: dict[str, Any], index: int) -> ToolCall:
         call_id = f"call_{index}"
-        if body.startswith("{"):  # a JSON object carries several arguments
+        if body.startswith("{"):  # a JSON object carries the arguments by name
             arguments, problem = _parse_arguments(body)
             return ToolCall(name, arguments, call_id, problem)
-        parameter = self._primary_parameter(function)
-        if parameter is None:
+        if not function.get("parameters", {}).get("properties"):
             return ToolCall(name, {}, call_id)
+        parameter = self._plain_parameter(function)
+        if parameter is None:
+            example = f"<{name}>{self._json_example(function)}</{name}>"
+            return ToolCall(name, body, call_id, f"<{name}> takes its arguments as a JSON object, e.g. {example}.")
         return ToolCall(name, {parameter: body}, call_id)
 
     def render_call(self, call: ToolCall) -> str:
         arguments = call.arguments if isinstance(call.arguments, dict) else {}
-        if len(arguments) == 1 and isinstance(next(iter(arguments.values())), str):
-            body = next(iter(arguments.values()))
+        values = list(arguments.values())
+        if len(values) == 1 and isinstance(values[0], str) and not values[0].strip().startswith("{"):
+            body = values[0]
         else:
             body = json.dumps(arguments, ensure_ascii=False)
         return f"<{call.name}>{body}</{call.name}>"
 
     def instructions(self, tool_schemas: Sequence[dict[str, Any]]) -> str:
         lines = []
+        any_json = False
         for schema in tool_schemas:
             function = schema["function"]
-            parameter = self._primary_parameter(function) or "input"
-            lines.append(f"- <{function['name']}>{parameter}</{function['name']}>: {function['description']}")
+            name = function["name"]
+            parameter = self._plain_parameter(function)
+            if parameter is None and function.get("parameters", {}).get("properties"):
+                any_json = True
+                lines.append(f"- <{name}>{self._json_example(function)}</{name}>: {function['description']}")
+            else:
+                lines.append(f"- <{name}>{parameter or ''}</{name}>: {function['description']}")
+        json_rule = "A tool with several arguments takes them as a JSON object inside its tag.\n" if any_json else ""
         return (
-            "You can use these tools by writing the tag with its input:\n" + "\n".join(lines) + "\n"
+            "You can use these tools by writing the tag with its input:\n" + "\n".join(lines) + "\n" + json_rule +
             "The results will be returned between <information> and </information>. "
             "When you know the final answer, write it between <answer> and </answer>."
         )
@@ -321,8 +422,9 @@ class XMLFormat(ToolFormat):
 class OpenAIFormat(ToolFormat):
     """Chat-completions style: the turn is an assistant message (JSON) with structured ``tool_calls``.
 
-    A plain-text turn is read as ``content``. Content without tool calls is the final answer: the text inside
-    ``<answer>`` tags when present, else the whole content.
+    As a string, a turn is either that message as JSON (``{"content": ..., "tool_calls": [...]}``) or plain text,
+    read as the message's ``content``. The final answer is the text within ``<answer></answer>`` tags in the
+    content, as the prompt asks; content without them is not an answer.
     """
 
     name = "openai"
@@ -331,12 +433,14 @@ class OpenAIFormat(ToolFormat):
     def parse(self, action: str, tool_schemas: Sequence[dict[str, Any]], max_calls: int) -> ParsedAction:
         parsed = ParsedAction()
         known = _schema_names(tool_schemas)
-        message = self._message(action)
+        message, problem = self._message(action)
         if message is None:
+            example = next(iter(known), "search")
             parsed.errors.append(
-                'the turn must be an assistant message as JSON, e.g. {"content": null, "tool_calls": '
-                '[{"id": "call_0", "type": "function", "function": {"name": "search", "arguments": '
-                '"{\\"query\\": \\"...\\"}"}}]}, or plain text with the final answer.'
+                f"the turn must be an assistant message as JSON{problem}, "
+                'e.g. {"content": null, "tool_calls": '
+                f'[{{"id": "call_0", "type": "function", "function": {{"name": "{example}", "arguments": '
+                '"{...}"}}]}, or text with the final answer within <answer></answer> tags.'
             )
             return parsed
         raw_calls = message.get("tool_calls") or []
@@ -345,29 +449,30 @@ class OpenAIFormat(ToolFormat):
             raw_calls = []
         for index, raw in enumerate(raw_calls):
             parsed.tool_calls.append(_check_known_tool(self._parse_call(raw, index), known))
-        if len(parsed.tool_calls) > max_calls:
-            parsed.errors.append(f"{len(parsed.tool_calls)} tool calls in one turn; at most {max_calls} run.")
-            del parsed.tool_calls[max_calls:]
+        _cap_calls(parsed, max_calls)
         content = message.get("content")
-        if not parsed.tool_calls and isinstance(content, str) and content.strip():
-            if ANSWER_OPEN in content or ANSWER_CLOSE in content:
-                parsed.answer = _extract_answer(content, parsed.errors)
-            else:
-                parsed.answer = content.strip()
+        has_text = isinstance(content, str) and bool(content.strip())
+        if has_text and (ANSWER_OPEN in content or ANSWER_CLOSE in content):
+            parsed.answer = _extract_answer(content, parsed.errors)
         if parsed.answer is None and not parsed.tool_calls and not parsed.errors:
-            parsed.errors.append("the message has neither tool_calls nor content with a final answer.")
+            parsed.errors.append(
+                "the message has no tool_calls, and its content has no final answer within <answer></answer> tags."
+                if has_text else "the message has neither tool_calls nor content with a final answer."
+            )
         return parsed
 
     @staticmethod
-    def _message(action: str) -> dict[str, Any] | None:
+    def _message(action: str) -> tuple[dict[str, Any] | None, str]:
+        """The assistant message a turn holds (its JSON, or plain text with an answer tag as its content), or
+        None and what was wrong with the JSON (as ``" (...)"``, empty when the turn is not JSON)."""
         stripped = action.strip()
         if not stripped.startswith("{"):
-            return {"content": action}
+            return ({"content": action} if ANSWER_OPEN in action or ANSWER_CLOSE in action else None), ""
         try:
             message = _loads(stripped)
-        except json.JSONDecodeError:
-            return None
-        return message if isinstance(message, dict) else None
+        except JSONProblem as exc:
+            return None, f" (not valid JSON: {exc})"
+        return (message, "") if isinstance(message, dict) else (None, "")
 
     @staticmethod
     def _parse_call(raw: Any, index: int) -> ToolCall:
@@ -391,7 +496,7 @@ class OpenAIFormat(ToolFormat):
         return json.dumps({"role": "assistant", "content": f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"})
 
     def assistant_message(self, action: str) -> dict[str, Any]:
-        message = self._message(action)
+        message, _ = self._message(action)
         if message is None:
             return {"role": "assistant", "content": action}
         content = message.get("content")

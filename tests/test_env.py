@@ -61,7 +61,7 @@ def test_reset_info_tools_are_openai_schemas(make_fact_env) -> None:
 
 def test_reset_info_reports_format_and_stop_strings(make_fact_env) -> None:
     _, info = make_fact_env(tool_format="xml").reset(seed=0)
-    assert (info["tool_format"], info["stop_strings"], info["turn"]) == ("xml", ["</search>", "</answer>"], 0)
+    assert (info["tool_format"], info["stop_strings"], info["turn"]) == ("xml", ["</lookup>", "</answer>"], 0)
 
 
 def test_reset_option_task_id_picks_the_task(make_fact_env) -> None:

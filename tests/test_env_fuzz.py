@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_gym.env import ToolEnv
+from agent_gym.tasks import Task
+from agent_gym.tools import tool
 
 FORMATS = ("hermes", "xml", "openai")
 STEP_INFO_KEYS = {"messages", "reward_components", "tool_calls", "task_id", "turn"}
@@ -42,6 +44,7 @@ _FRAGMENTS = st.sampled_from([
     "<tool_response>", "{", "}", "[", "]", '"name"', '"arguments"', '"parameters"', '"tool_calls"',
     '"function"', '"content"', ":", ",", '"search"', '"query"', '"x"', "null", "true", "-1e999", "\x00",
     "\ud800", "\udfff", '{"name": "search", "arguments": {"query": "', '"}}', "\\u0000", "\\ud800",
+    "NaN", "Infinity", "-Infinity", "1e400", "1" + "0" * 4_301,
 ])
 _JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(_CHARACTERS, max_size=20),
@@ -71,8 +74,27 @@ _DEEP_NESTING = st.builds(
     st.integers(900, 3_000),
 )
 
+# numbers Python's json reads as inf/nan, or refuses with a bare ValueError (more than 4,300 digits)
+HUGE_NUMBERS = ["1" + "0" * 5_000, "-" + "9" * 4_301, "1e400", "-1e400", "NaN", "Infinity", "-Infinity"]
+NUMBER_TEMPLATES = {
+    "hermes": ['<tool_call>{{"name": "search", "arguments": {{"query": {}}}}}</tool_call>',
+               "<tool_call>[{}]</tool_call>",
+               '<tool_call>{{"name": "search", "arguments": "{{\\"query\\": {}}}"}}</tool_call>'],
+    "xml": ['<search>{{"query": {}}}</search>'],
+    "openai": ['{{"content": {}}}',
+               '{{"tool_calls": [{{"function": {{"name": "search", "arguments": {{"query": {}}}}}}}]}}',
+               '{{"tool_calls": [{{"function": {{"name": "search", "arguments": "{{\\"query\\": {}}}"}}}}]}}'],
+}
+_HUGE_NUMBER_ACTIONS = st.builds(
+    lambda template, number: template.format(number),
+    st.sampled_from([template for templates in NUMBER_TEMPLATES.values() for template in templates]
+                    + ["<search>{}</search>", "[{}]"]),
+    st.sampled_from(HUGE_NUMBERS),
+)
+
 ACTIONS = st.one_of(
     _DEEP_NESTING,
+    _HUGE_NUMBER_ACTIONS,
     st.text(),
     st.text(_CHARACTERS, max_size=200),
     st.lists(st.one_of(_FRAGMENTS, st.text(_CHARACTERS, max_size=6)), max_size=40).map("".join),
@@ -128,6 +150,47 @@ def test_a_random_turn_then_an_answer_ends_the_episode(tool_format: str, action:
     if not (first[2] or first[3]):
         answer = env.tool_format.render_answer("x")
         assert env.step(answer)[2]
+
+
+@pytest.mark.parametrize("number", HUGE_NUMBERS)
+@pytest.mark.parametrize(("tool_format", "template"),
+                         [(name, template) for name, templates in NUMBER_TEMPLATES.items() for template in templates])
+def test_a_number_python_cannot_hold_is_an_observation(tool_format: str, template: str, number: str) -> None:
+    env = fuzz_env(tool_format)
+    env.reset(seed=0)
+    step = env.step(template.format(number))
+    assert_well_formed_step(env, step)
+    assert not step[2] and step[4]["reward_components"]["format"] == 0.0
+
+
+@tool
+def scale(x: float) -> str:
+    """Multiply a number by two.
+
+    Args:
+        x: the number.
+    """
+    scale.calls.append(x)
+    return str(2 * x)
+
+
+scale.calls = []
+_NUMBER_ARGUMENTS = {
+    "hermes": '<tool_call>{{"name": "scale", "arguments": {{"x": {}}}}}</tool_call>',
+    "xml": '<scale>{{"x": {}}}</scale>',
+    "openai": '{{"tool_calls": [{{"function": {{"name": "scale", "arguments": "{{\\"x\\": {}}}"}}}}]}}',
+}
+
+
+@pytest.mark.parametrize("number", [*HUGE_NUMBERS, "1" + "0" * 400])
+@pytest.mark.parametrize("tool_format", FORMATS)
+def test_a_number_argument_out_of_range_never_reaches_the_tool(tool_format: str, number: str) -> None:
+    env = ToolEnv([Task("t", "Double it.", ("2",))], [scale], tool_format=tool_format)
+    env.reset(seed=0)
+    scale.calls.clear()
+    step = env.step(_NUMBER_ARGUMENTS[tool_format].format(number))
+    assert_well_formed_step(env, step)
+    assert scale.calls == [] and step[4]["reward_components"]["format"] == 0.0
 
 
 @pytest.mark.parametrize("tool_format", FORMATS)

@@ -162,6 +162,52 @@ def test_hermes_deeply_nested_json_is_a_call_error_not_a_crash() -> None:
     assert call.error == "the tool call is not valid JSON (nested too deeply at position 0)."
 
 
+# ---------------------------------------------------------------------------------------------- numbers (shared)
+
+HUGE_INTEGER = "1" + "0" * 5_000  # past Python's 4,300-digit limit on int(str)
+
+
+@pytest.mark.parametrize(
+    ("format_name", "action"),
+    [
+        ("hermes", '<tool_call>{"name": "search", "arguments": {"query": ' + HUGE_INTEGER + "}}</tool_call>"),
+        ("hermes", f"<tool_call>[{HUGE_INTEGER}]</tool_call>"),
+        ("hermes", '<tool_call>{"name": "add", "arguments": "{\\"a\\": ' + HUGE_INTEGER + '}"}</tool_call>'),
+        ("xml", '<add>{"a": ' + HUGE_INTEGER + ', "b": 1}</add>'),
+        ("openai", '{"content": ' + HUGE_INTEGER + "}"),
+        ("openai", json.dumps({"tool_calls": [{"function": {"name": "add",
+                                                            "arguments": '{"a": ' + HUGE_INTEGER + "}"}}]})),
+    ],
+    ids=["hermes-argument", "hermes-bare", "hermes-argument-string", "xml-body", "openai-message",
+         "openai-arguments"],
+)
+def test_integer_beyond_pythons_digit_limit_is_a_parse_error(format_name: str, action: str) -> None:
+    parsed = parse(format_name, action)
+    problems = parsed.errors + [call.error for call in parsed.tool_calls if call.error]
+    assert any("5001 digits" in problem for problem in problems)
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"])
+@pytest.mark.parametrize("format_name", ["hermes", "xml"])
+def test_non_finite_json_number_is_a_parse_error(format_name: str, number: str) -> None:
+    body = '{"a": ' + number + ', "b": 1}'
+    action = f'<tool_call>{{"name": "add", "arguments": {body}}}</tool_call>' if format_name == "hermes" else (
+        f"<add>{body}</add>")
+    (call,) = parse(format_name, action).tool_calls
+    assert "not a finite number" in call.error
+
+
+def test_openai_non_finite_number_in_arguments_is_a_call_error() -> None:
+    action = json.dumps({"tool_calls": [{"function": {"name": "add", "arguments": '{"a": NaN, "b": 1}'}}]})
+    (call,) = parse("openai", action).tool_calls
+    assert "not a finite number" in call.error
+
+
+def test_float_beyond_double_range_names_the_number() -> None:
+    (call,) = parse("hermes", '<tool_call>{"name": "add", "arguments": {"a": 1e400, "b": 1}}</tool_call>').tool_calls
+    assert call.error == "the tool call is not valid JSON (1e400 is not a finite number)."
+
+
 # ---------------------------------------------------------------------------------------------- answers (shared)
 
 
@@ -194,6 +240,41 @@ def test_closing_answer_without_opening_is_an_error(format_name: str) -> None:
 @pytest.mark.parametrize("format_name", ["hermes", "xml"])
 def test_first_of_two_answers_counts(format_name: str) -> None:
     assert parse(format_name, "<answer>Paris</answer><answer>Lyon</answer>").answer == "Paris"
+
+
+def test_hermes_answer_inside_a_call_is_not_an_answer() -> None:
+    parsed = parse("hermes", hermes_call("search", {"query": "<answer>x</answer>"}))
+    assert (parsed.answer, _call_pairs(parsed)) == (None, [("search", {"query": "<answer>x</answer>"})])
+
+
+def test_xml_answer_inside_a_call_is_not_an_answer() -> None:
+    parsed = parse("xml", "<search>a</information><answer>x</answer></search>")
+    assert (parsed.answer, _call_pairs(parsed)) == (None, [("search", {"query": "a</information><answer>x</answer>"})])
+
+
+def test_hermes_answer_inside_an_unclosed_call_is_not_an_answer() -> None:
+    parsed = parse("hermes", '<tool_call>{"name": "search", "arguments": {"query": "<answer>x</answer>"}}')
+    assert parsed.answer is None
+    assert parsed.errors == ["a <tool_call> tag is not closed; end each call with </tool_call>."]
+
+
+@pytest.mark.parametrize("format_name", ["hermes", "xml"])
+def test_answer_outside_calls_is_found_next_to_a_call(format_name: str) -> None:
+    call = get_format(format_name).render_call(ToolCall("search", {"query": "Paris"}))
+    parsed = parse(format_name, f"{call}\n<answer>Paris</answer>")
+    assert (parsed.answer, len(parsed.tool_calls)) == ("Paris", 1)
+
+
+def test_openai_answer_in_content_is_found_next_to_tool_calls() -> None:
+    message = json.loads(openai_calls(("search", {"query": "a"})))
+    message["content"] = "<answer>Paris</answer>"
+    parsed = parse("openai", json.dumps(message))
+    assert (parsed.answer, len(parsed.tool_calls)) == ("Paris", 1)
+
+
+def test_openai_answer_tag_in_arguments_is_not_an_answer() -> None:
+    parsed = parse("openai", openai_calls(("search", {"query": "<answer>x</answer>"})))
+    assert (parsed.answer, parsed.errors) == (None, [])
 
 
 # ---------------------------------------------------------------------------------------------- xml
@@ -248,6 +329,46 @@ def test_xml_unknown_tag_is_not_a_call() -> None:
     assert parse("xml", "<browse>x</browse>").tool_calls == []
 
 
+def test_xml_stop_strings_close_every_tool_tag_and_the_answer() -> None:
+    assert get_format("xml").stop_strings_for(SCHEMAS) == ("</search>", "</add>", "</answer>")
+
+
+def test_hermes_stop_strings_do_not_depend_on_the_tools() -> None:
+    assert get_format("hermes").stop_strings_for(SCHEMAS) == ("</tool_call>", "</answer>")
+
+
+@pytest.mark.parametrize("name", ["answer", "information", "web search"])
+def test_xml_refuses_a_tool_it_cannot_write_as_a_tag(name: str) -> None:
+    schema = {"type": "function", "function": {"name": name, "description": "", "parameters": {}}}
+    with pytest.raises(ValueError, match=f"the xml format cannot call a tool named '{name}'"):
+        get_format("xml").check_tools([schema])
+
+
+def test_xml_instructions_prompt_a_json_body_for_a_tool_with_several_arguments() -> None:
+    assert '<add>{"a": ..., "b": ...}</add>' in get_format("xml").instructions(SCHEMAS)
+
+
+def test_xml_instructions_prompt_a_plain_body_for_a_tool_with_one_string_argument() -> None:
+    assert "<search>query</search>" in get_format("xml").instructions(SCHEMAS)
+
+
+def test_xml_plain_body_for_a_tool_with_several_arguments_says_to_write_json() -> None:
+    (call,) = parse("xml", "<add>1 2</add>").tool_calls
+    assert call.error == '<add> takes its arguments as a JSON object, e.g. <add>{"a": ..., "b": ...}</add>.'
+
+
+def test_xml_renders_a_string_that_looks_like_json_as_a_json_body() -> None:
+    fmt = get_format("xml")
+    call = ToolCall("search", {"query": "{not json"})
+    assert _call_pairs(fmt.parse(fmt.render_call(call), SCHEMAS, MAX_CALLS)) == [("search", {"query": "{not json"})]
+
+
+def test_xml_a_call_inside_another_call_is_part_of_its_body() -> None:
+    assert _call_pairs(parse("xml", '<search>see <add>{"a": 1, "b": 2}</add> here</search>')) == [
+        ("search", {"query": 'see <add>{"a": 1, "b": 2}</add> here'})
+    ]
+
+
 # ---------------------------------------------------------------------------------------------- openai
 
 
@@ -265,8 +386,21 @@ def test_openai_accepts_arguments_as_object() -> None:
     assert _call_pairs(parse("openai", action)) == [("search", {"query": "x"})]
 
 
-def test_openai_plain_text_is_the_answer() -> None:
-    assert parse("openai", "Paris").answer == "Paris"
+def test_openai_plain_text_with_answer_tags_is_the_answer() -> None:
+    assert parse("openai", "It is <answer>Paris</answer>.").answer == "Paris"
+
+
+def test_openai_plain_text_without_answer_tags_is_a_format_error() -> None:
+    parsed = parse("openai", "I think it is 5280 but I'm not sure")
+    (error,) = parsed.errors
+    assert parsed.answer is None and error.startswith("the turn must be an assistant message as JSON")
+    assert error.endswith("or text with the final answer within <answer></answer> tags.")
+
+
+def test_openai_content_without_answer_tags_is_a_format_error() -> None:
+    assert parse("openai", json.dumps({"content": "Paris"})).errors == [
+        "the message has no tool_calls, and its content has no final answer within <answer></answer> tags."
+    ]
 
 
 def test_openai_content_answer_tags_are_extracted() -> None:
