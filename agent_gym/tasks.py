@@ -32,8 +32,10 @@ class Task:
     Attributes:
         id: stable identifier, unique within its source.
         question: the text put to the agent.
-        answers: gold answers; ``answers[0]`` is canonical, the rest are aliases.
-        supporting_titles: titles of the pages that hold the evidence (process rewards use them).
+        answers: gold answers; ``answers[0]`` is canonical, the rest are aliases. A single ``str`` is one
+            answer (``answers="5280"`` is ``("5280",)``, never its characters).
+        supporting_titles: titles of the pages that hold the evidence (process rewards use them); a single
+            ``str`` is one title.
         decomposition: the gold hops, in order (scripted policies and analysis use them).
         kind: a short label, e.g. ``"bridge"``, ``"comparison"``, ``"arithmetic"``.
         metadata: anything else the source keeps (dataset fields, hop count, ...).
@@ -49,6 +51,29 @@ class Task:
     kind: str = ""
     metadata: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     checker: Callable[[str], float] | None = field(default=None, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise TypeError(f"Task id must be a str, got {type(self.id).__name__} {self.id!r:.80}")
+        if not isinstance(self.question, str):
+            raise TypeError(f"Task {self.id!r}: question must be a str, got {type(self.question).__name__}")
+        for name in ("answers", "supporting_titles"):
+            object.__setattr__(self, name, _strings(self.id, name, getattr(self, name)))
+        object.__setattr__(self, "decomposition", tuple(self.decomposition))
+
+
+def _strings(task_id: str, name: str, value: Any) -> tuple[str, ...]:
+    """A tuple of strings from a str (one item) or an iterable of them; a TypeError that says how, otherwise."""
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, Iterable):
+        raise TypeError(f"Task {task_id!r}: {name} must be a str or a tuple of str, got {type(value).__name__}")
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"Task {task_id!r}: {name} must be strings, got {type(item).__name__} {item!r:.80}; "
+                            f"write {name}=({str(item)!r},)")
+    return items
 
 
 class TaskSet(Sequence[Task]):
