@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from agent_gym.rewards import AnswerScores, RewardSpec, get_reward_spec, score_a
 from agent_gym.spaces import UnicodeText
 from agent_gym.tasks import Task, TaskSet
 from agent_gym.tools import Tool, ToolResult, validate_arguments
+from agent_gym.validation import require_int
 
 __all__ = ["ToolEnv", "DEFAULT_INSTRUCTION"]
 
@@ -35,10 +37,13 @@ _TRUNCATION_NOTE = "\n[... truncated {} characters]"
 
 
 def _clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending with a note of how much was cut when it fits."""
     if len(text) <= limit:
         return text
     note = _TRUNCATION_NOTE.format(len(text) - limit)
-    return text[: max(0, limit - len(note))] + note
+    if len(note) >= limit:
+        return text[:limit]
+    return text[: limit - len(note)] + note
 
 
 def _clean_text(text: str) -> str:
@@ -106,16 +111,26 @@ class ToolEnv(gym.Env[str, str]):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         for name, value in (("max_turns", max_turns), ("max_calls_per_turn", max_calls_per_turn),
-                            ("window_turns", window_turns)):
-            if value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
+                            ("window_turns", window_turns), ("max_action_chars", max_action_chars),
+                            ("max_tool_output_chars", max_tool_output_chars), ("max_context_chars", max_context_chars)):
+            require_int(name, value)
         task_list = tasks() if callable(tasks) else tasks
-        self.tasks: TaskSet = task_list if isinstance(task_list, TaskSet) else TaskSet(task_list)
+        if not isinstance(task_list, TaskSet):
+            task_list = list(task_list)
+            for index, task in enumerate(task_list):
+                if not isinstance(task, Task):
+                    raise TypeError(f"tasks[{index}] is a {type(task).__name__}, not a Task; "
+                                    "build tasks with agent_gym.Task(id=..., question=..., answers=(...))")
+            task_list = TaskSet(task_list)
+        self.tasks: TaskSet = task_list
         if len(self.tasks) == 0:
             raise ValueError("ToolEnv needs at least one task")
         tool_list = list(tools() if callable(tools) else tools)
         self.tools: dict[str, Tool] = {}
-        for item in tool_list:
+        for index, item in enumerate(tool_list):
+            if not isinstance(item, Tool):
+                raise TypeError(f"tools[{index}] is a {type(item).__name__}, not a Tool; decorate it with "
+                                "@agent_gym.tool or subclass agent_gym.Tool")
             if item.name in self.tools:
                 raise ValueError(f"two tools are named {item.name!r}")
             self.tools[item.name] = item
@@ -132,6 +147,12 @@ class ToolEnv(gym.Env[str, str]):
         self.instruction = instruction
         self.render_mode = render_mode
         self.tool_schemas = [item.schema() for item in self.tools.values()]
+        system_chars = len(self._system_prompt())
+        if max_context_chars <= system_chars:
+            raise ValueError(
+                f"max_context_chars={max_context_chars} cannot hold the system prompt ({system_chars} characters) "
+                "and a question; give a budget above that, e.g. the default 64000"
+            )
         self.observation_space = UnicodeText(max_length=max_context_chars)
         self.action_space = UnicodeText(max_length=max_action_chars)
         self.task: Task | None = None
@@ -144,14 +165,8 @@ class ToolEnv(gym.Env[str, str]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        options = options or {}
-        if "task_id" in options:
-            self.task = self.tasks.by_id(str(options["task_id"]))
-        elif "task_index" in options:
-            self.task = self.tasks[int(options["task_index"]) % len(self.tasks)]
-        else:
-            self.task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        system = f"{self.instruction}\n\n{self.tool_format.instructions(self.tool_schemas)}"
+        self.task = self._task_for(options)
+        system = self._system_prompt()
         question = _clip(self.task.question, self.max_context_chars // 2)
         self._messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
         self._prompt_length = len(self._messages)
@@ -164,6 +179,8 @@ class ToolEnv(gym.Env[str, str]):
         self._done = False
         self._last_observation = question
         info = self._base_info(context_rewritten=False)
+        info["tool_calls"] = []
+        info["reward_components"] = {"format": 0.0, "format_penalty": 0.0, "process": 0.0, "outcome": 0.0}
         info["tools"] = copy.deepcopy(self.tool_schemas)
         info["tool_format"] = self.tool_format.name
         info["stop_strings"] = list(self.tool_format.stop_strings_for(self.tool_schemas))
@@ -171,6 +188,34 @@ class ToolEnv(gym.Env[str, str]):
         if self.render_mode == "human":
             self.render()
         return question, info
+
+    _RESET_OPTIONS = ("task_id", "task_index")
+
+    def _task_for(self, options: Mapping[str, Any] | None) -> Task:
+        """The task that ``reset``'s options pick, else one drawn with the env's seeded RNG."""
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping):
+            raise TypeError(f"reset options must be a dict such as {{'task_id': ...}}, got {type(options).__name__} "
+                            f"{options!r:.80}")
+        unknown = [key for key in options if key not in self._RESET_OPTIONS]
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {', '.join(map(repr, unknown))}; "
+                             "ToolEnv takes 'task_id' or 'task_index'")
+        if len(options) > 1:
+            raise ValueError("give one of 'task_id' and 'task_index', not both")
+        if "task_id" in options:
+            return self.tasks.by_id(str(options["task_id"]))
+        if "task_index" in options:
+            index = options["task_index"]
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+                raise ValueError(f"task_index must be an int (taken modulo the {len(self.tasks)} tasks), "
+                                 f"got {index!r:.80}")
+            return self.tasks[int(index) % len(self.tasks)]
+        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+
+    def _system_prompt(self) -> str:
+        return f"{self.instruction}\n\n{self.tool_format.instructions(self.tool_schemas)}"
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         pending = self.begin_turn(action)
@@ -242,7 +287,7 @@ class ToolEnv(gym.Env[str, str]):
                                                             pending.runnable, results)
             for call, result in zip(shown_calls, shown_results, strict=True):
                 components["process"] += self._pay_process(result)
-                call_records.append({**call.to_dict(), "ok": result.ok, "result_chars": len(result.text)})
+                call_records.append(_call_record(call, result))
             if shown_calls:
                 appended.extend(self.tool_format.result_messages(shown_calls, shown_results))
             if problems:
@@ -369,6 +414,14 @@ class ToolEnv(gym.Env[str, str]):
         """Release what this env holds. Tools are shared (vector envs, caches), so they are not closed here."""
         self._messages = []
         self._done = True
+
+
+def _call_record(call: ToolCall, result: ToolResult) -> dict[str, Any]:
+    """What ``info["tool_calls"]`` says of one call; a failed call's ``error`` is its result's message."""
+    record = {**call.to_dict(), "ok": result.ok, "result_chars": len(result.text)}
+    if not result.ok and record["error"] is None:
+        record["error"] = result.text.removeprefix("Error: ")
+    return record
 
 
 def _with_text(result: ToolResult, text: str) -> ToolResult:

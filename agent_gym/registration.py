@@ -9,6 +9,7 @@ here, keyed by id; the spec holds only plain settings.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +99,11 @@ def register_tool_env(
     Remaining keyword arguments are :class:`~agent_gym.env.ToolEnv` settings; ``gym.make(env_id, **overrides)``
     can change them per instance.
     """
+    known = [name for name in inspect.signature(ToolEnv).parameters if name not in ("tasks", "tools")]
+    unknown = [name for name in env_kwargs if name not in known]
+    if unknown:
+        raise TypeError(f"unknown ToolEnv setting(s) {', '.join(map(repr, unknown))}; known settings: "
+                        f"{', '.join(known)}")
     _COMPONENTS[env_id] = _Components(tasks=tasks, tools=tools)
     creator = ToolEnvCreator(env_id)
     settings = {"reward": reward, "max_turns": max_turns, "tool_format": tool_format, **env_kwargs}

@@ -11,7 +11,7 @@ from conftest import FACT_TASKS, FactLookup
 from agent_gym.env import ToolEnv
 from agent_gym.rewards import get_reward_spec
 from agent_gym.tasks import Task
-from agent_gym.tools import ToolResult
+from agent_gym.tools import ToolResult, tool
 
 
 def lookup(title: str) -> str:
@@ -37,6 +37,19 @@ def context_chars(messages: list[dict]) -> int:
 def test_reset_info_has_the_contract_keys(make_fact_env) -> None:
     _, info = make_fact_env().reset(seed=0)
     assert {"messages", "tools", "task_id", "turn", "tool_format", "stop_strings"} <= set(info)
+
+
+def test_reset_info_has_zero_reward_components_and_no_tool_calls(make_fact_env) -> None:
+    _, info = make_fact_env().reset(seed=0)
+    assert (info["reward_components"], info["tool_calls"]) == (
+        {"format": 0.0, "format_penalty": 0.0, "process": 0.0, "outcome": 0.0}, [])
+
+
+def test_reset_info_has_every_key_that_step_info_always_has(make_fact_env) -> None:
+    env = make_fact_env()
+    _, reset_info = env.reset(seed=0)
+    *_, step_info = env.step(lookup("France"))
+    assert set(step_info) - {"format_errors"} <= set(reset_info)
 
 
 def test_reset_observation_is_the_question(make_fact_env) -> None:
@@ -79,6 +92,30 @@ def test_reset_unknown_task_id_raises_key_error_naming_it(make_fact_env) -> None
         make_fact_env().reset(options={"task_id": "capital-mars"})
 
 
+@pytest.mark.parametrize("options", ["capital-france", ["task_id"], 3])
+def test_reset_options_that_are_not_a_dict_raise_type_error(make_fact_env, options) -> None:
+    with pytest.raises(TypeError, match=r"reset options must be a dict such as \{'task_id': \.\.\.\}, got "):
+        make_fact_env().reset(options=options)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"taskid": "capital-france"}, r"unknown reset option\(s\) 'taskid'; ToolEnv takes 'task_id' or 'task_index'"),
+        ({"task_id": "capital-france", "task_index": 0}, "give one of 'task_id' and 'task_index', not both"),
+        ({"task_index": "first"}, r"task_index must be an int \(taken modulo the 3 tasks\), got 'first'"),
+        ({"task_index": 1.5}, r"task_index must be an int \(taken modulo the 3 tasks\), got 1.5"),
+    ],
+)
+def test_reset_bad_options_raise_value_error_naming_the_fix(make_fact_env, options: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_fact_env().reset(options=options)
+
+
+def test_reset_with_empty_options_draws_a_task(make_fact_env) -> None:
+    assert make_fact_env().reset(seed=0, options={})[1]["task_id"] in {task.id for task in FACT_TASKS}
+
+
 def test_reset_starts_a_fresh_context(make_fact_env) -> None:
     env = started(make_fact_env())
     env.step(lookup("France"))
@@ -108,6 +145,25 @@ def test_step_reports_tool_calls_with_ok_and_error(make_fact_env) -> None:
     *_, info = started(make_fact_env()).step(lookup("France"))
     assert [(c["name"], c["arguments"], c["ok"], c["error"]) for c in info["tool_calls"]] == [
         ("lookup", {"title": "France"}, True, None)
+    ]
+
+
+@tool
+def unreliable(title: str) -> str:
+    """Fail to look anything up.
+
+    Args:
+        title: the entry's title.
+    """
+    raise ConnectionError("the encyclopedia is offline")
+
+
+def test_step_reports_the_error_text_of_a_failed_call(make_fact_env) -> None:
+    env = started(ToolEnv(list(FACT_TASKS), [unreliable]))
+    call = f"<tool_call>{json.dumps({'name': 'unreliable', 'arguments': {'title': 'France'}})}</tool_call>"
+    *_, info = env.step(call)
+    assert [(c["ok"], c["error"]) for c in info["tool_calls"]] == [
+        (False, "unreliable failed: ConnectionError: the encyclopedia is offline")
     ]
 
 
@@ -183,6 +239,23 @@ def test_answer_wins_over_calls_in_the_same_turn(make_fact_env) -> None:
     env = started(make_fact_env())
     *_, info = env.step(lookup("France") + answer("Paris"))
     assert (info["ignored_tool_calls"], env.tools["lookup"].batches) == (1, [])
+
+
+def test_answer_next_to_a_call_is_a_well_formed_final_turn(make_fact_env) -> None:
+    _, reward, terminated, _, info = started(make_fact_env()).step(lookup("France") + answer("Paris"))
+    assert (terminated, reward, info["reward_components"]["format"], info["tool_calls"]) == (True, 1.0, 1.0, [])
+
+
+@pytest.mark.parametrize(
+    ("tool_format", "action"),
+    [
+        ("hermes", lookup("<answer>Paris</answer>")),
+        ("xml", "<lookup>France</information><answer>Paris</answer></lookup>"),
+    ],
+)
+def test_answer_inside_a_tool_call_does_not_end_the_episode(make_fact_env, tool_format: str, action: str) -> None:
+    _, _, terminated, _, info = started(make_fact_env(tool_format=tool_format)).step(action)
+    assert (terminated, len(info["tool_calls"])) == (False, 1)
 
 
 def test_truncated_at_max_turns(make_fact_env) -> None:
@@ -447,6 +520,11 @@ def test_render_ansi_returns_recent_messages(make_fact_env) -> None:
     [
         ({"context": "forget"}, "context must be one of"),
         ({"max_turns": 0}, "max_turns must be at least 1"),
+        ({"max_turns": 2.5}, r"max_turns must be at least 1 \(an integer\), got 2.5"),
+        ({"max_action_chars": 0}, "max_action_chars must be at least 1"),
+        ({"max_tool_output_chars": -1}, "max_tool_output_chars must be at least 1"),
+        ({"max_context_chars": 0}, "max_context_chars must be at least 1"),
+        ({"max_context_chars": 300}, r"max_context_chars=300 cannot hold the system prompt \(\d+ characters\)"),
         ({"render_mode": "rgb_array"}, "render_mode must be one of"),
         ({"tasks": []}, "at least one task"),
     ],
@@ -454,6 +532,34 @@ def test_render_ansi_returns_recent_messages(make_fact_env) -> None:
 def test_invalid_settings_raise_value_error(make_fact_env, settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_fact_env(**settings)
+
+
+def test_xml_env_refuses_a_tool_named_answer() -> None:
+    @tool
+    def answer(text: str) -> str:
+        """Answer.
+
+        Args:
+            text: the answer.
+        """
+        return text
+
+    with pytest.raises(ValueError, match="the xml format cannot call a tool named 'answer'"):
+        ToolEnv(list(FACT_TASKS), [answer], tool_format="xml")
+
+
+def test_reset_observation_fits_the_observation_space_of_the_smallest_budget(make_fact_env) -> None:
+    system = len(make_fact_env().reset(seed=0)[1]["messages"][0]["content"])
+    long_question = Task("long", "Why? " * 1_000, ("because",))
+    env = make_fact_env(tasks=[long_question], max_context_chars=system + 1)
+    observation, _ = env.reset(seed=0)
+    assert env.observation_space.contains(observation)
+
+
+def test_tool_output_limit_smaller_than_the_truncation_note_still_holds(make_fact_env) -> None:
+    env = started(make_fact_env(max_tool_output_chars=5))
+    *_, info = env.step(lookup("France"))
+    assert len(info["messages"][-1]["content"]) <= 5
 
 
 def test_duplicate_tool_names_raise_value_error() -> None:

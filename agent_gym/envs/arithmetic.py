@@ -8,6 +8,7 @@ from typing import Any
 from agent_gym.env import ToolEnv
 from agent_gym.envs.calculator import calculate, generate_arithmetic_tasks
 from agent_gym.tasks import TaskSet
+from agent_gym.validation import require_int
 
 __all__ = ["make_calculator_env", "CALCULATOR_INSTRUCTION"]
 
@@ -26,6 +27,7 @@ def _problems(num_questions: int, seed: int, split: str) -> TaskSet:
 def make_calculator_env(*, num_questions: int = 500, seed: int = 0, split: str = "train",
                         **env_kwargs: Any) -> ToolEnv:
     """Build a Calculator env; ``env_kwargs`` are :class:`~agent_gym.env.ToolEnv` settings."""
+    num_questions = require_int("num_questions", num_questions)
     env_kwargs.setdefault("instruction", CALCULATOR_INSTRUCTION)
     env_kwargs.setdefault("max_turns", 6)
     return ToolEnv(_problems(num_questions, seed, split), [calculate], **env_kwargs)

@@ -24,6 +24,7 @@ from agent_gym.retrieval_index.base import Retriever
 from agent_gym.retrieval_index.corpus import Document
 from agent_gym.retrieval_index.search_tool import SearchTool
 from agent_gym.tasks import TaskSet
+from agent_gym.validation import require_int
 
 __all__ = ["make_qa_env", "make_hotpotqa_env", "make_2wikimultihopqa_env", "make_musique_env",
            "QA_INSTRUCTION"]
@@ -105,6 +106,9 @@ def make_qa_env(
         env_kwargs: :class:`~agent_gym.env.ToolEnv` settings: ``reward`` (``paper``/``dense``),
             ``tool_format``, ``max_turns``...
     """
+    top_k = require_int("top_k", top_k)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be at least 1 (an integer) or None, got {limit!r:.80}")
     data = str(data_path) if data_path is not None else None
     cache = str(cache_dir) if cache_dir is not None else None
     tasks, _ = _dataset(dataset, split, data, cache, limit)

@@ -16,6 +16,7 @@ from agent_gym.envs.synthetic_world import World, generate_world
 from agent_gym.retrieval_index.corpus import Document
 from agent_gym.retrieval_index.search_tool import SearchTool
 from agent_gym.tasks import TaskSet
+from agent_gym.validation import require_int
 
 __all__ = ["make_synthhop_env", "synthetic_world", "SYNTHHOP_INSTRUCTION"]
 
@@ -50,6 +51,14 @@ def _questions(num_pages: int, world_seed: int, hops: tuple[int, ...], kinds: tu
     return TaskSet(tasks, name=f"synthhop(pages={num_pages}, seed={world_seed}, hops={hops}, split={split})")
 
 
+def _hop_tuple(hops: Any) -> tuple[int, ...]:
+    """``hops`` as a non-empty tuple of ints in 1..4, or a ValueError naming that range."""
+    values = [hops] if not isinstance(hops, Sequence) or isinstance(hops, str) else list(hops)
+    if not values or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 4 for h in values):
+        raise ValueError(f"hops must be an int from 1 to 4 or a list of them, got {hops!r:.80}")
+    return tuple(values)
+
+
 def make_synthhop_env(
     *,
     hops: int | Sequence[int] = 2,
@@ -77,8 +86,11 @@ def make_synthhop_env(
         top_k: hits per search (5, as in the paper).
         env_kwargs: :class:`~agent_gym.env.ToolEnv` settings (``tool_format``, ``reward``, ``max_turns``...).
     """
-    hop_tuple = (hops,) if isinstance(hops, int) else tuple(int(h) for h in hops)
-    tasks = _questions(num_pages, world_seed, hop_tuple, tuple(kinds), split, num_questions, question_seed)
+    hop_tuple = _hop_tuple(hops)
+    kind_tuple = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    num_questions = require_int("num_questions", num_questions)
+    top_k = require_int("top_k", top_k)
+    tasks = _questions(num_pages, world_seed, hop_tuple, kind_tuple, split, num_questions, question_seed)
     tool = _search_tool(num_pages, world_seed, retriever, top_k)
     env_kwargs.setdefault("instruction", SYNTHHOP_INSTRUCTION)
     env_kwargs.setdefault("max_turns", max(hop_tuple) + 3)
