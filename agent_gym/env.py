@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
+from agent_gym.context_summary import SUMMARY_HEADER, extractive_summary
 from agent_gym.formats import ParsedAction, ToolCall, ToolFormat, get_format
 from agent_gym.rewards import AnswerScores, RewardSpec, get_reward_spec, score_answer
 from agent_gym.spaces import UnicodeText
@@ -32,7 +33,8 @@ DEFAULT_INSTRUCTION = (
     "guess. When you know the final answer, give it as briefly as possible (a name, a date, a number, yes or "
     "no) within <answer></answer> tags."
 )
-CONTEXT_POLICIES = ("append", "window")
+CONTEXT_POLICIES = ("append", "window", "summarize")
+MIN_SUMMARY_CHARS = 100  # the summary message's header and one short entry
 _TRUNCATION_NOTE = "\n[... truncated {} characters]"
 
 
@@ -81,8 +83,12 @@ class ToolEnv(gym.Env[str, str]):
         max_tool_output_chars: each tool result is clipped to this many characters.
         max_context_chars: the context budget; the episode is truncated when the context outgrows it.
         context: ``append`` keeps the whole history; ``window`` keeps the prompt and the last ``window_turns``
-            turns, and flags ``info["context_rewritten"]`` when it drops any.
-        window_turns: turns kept by the ``window`` policy.
+            turns; ``summarize`` keeps them too, and folds the older turns into one summary message after the
+            prompt. Both flag ``info["context_rewritten"]`` on the steps that rewrite the context.
+        window_turns: turns kept word for word by the ``window`` and ``summarize`` policies.
+        summary_chars: the longest summary message of the ``summarize`` policy (at least 100 characters).
+        summarizer: ``summarizer(messages) -> str`` replaces the default extractive summary
+            (:func:`~agent_gym.context_summary.extractive_summary`); it receives every folded message so far.
         instruction: the task instruction put in the system prompt before the tool protocol.
         render_mode: ``ansi`` (return text) or ``human`` (print it).
     """
@@ -103,11 +109,16 @@ class ToolEnv(gym.Env[str, str]):
         max_context_chars: int = 64_000,
         context: str = "append",
         window_turns: int = 4,
+        summary_chars: int = 2_000,
+        summarizer: Callable[[list[dict[str, Any]]], str] | None = None,
         instruction: str = DEFAULT_INSTRUCTION,
         render_mode: str | None = None,
     ) -> None:
         if context not in CONTEXT_POLICIES:
             raise ValueError(f"context must be one of {CONTEXT_POLICIES}, got {context!r}")
+        if summarizer is not None and (context != "summarize" or not callable(summarizer)):
+            raise ValueError(f"summarizer is used only with context='summarize', and must be callable; got "
+                             f"context={context!r}, summarizer={summarizer!r:.80}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         for name, value in (("max_turns", max_turns), ("max_calls_per_turn", max_calls_per_turn),
@@ -144,6 +155,8 @@ class ToolEnv(gym.Env[str, str]):
         self.max_context_chars = max_context_chars
         self.context_policy = context
         self.window_turns = window_turns
+        self.summary_chars = require_int("summary_chars", summary_chars, minimum=MIN_SUMMARY_CHARS)
+        self.summarizer = summarizer
         self.instruction = instruction
         self.render_mode = render_mode
         self.tool_schemas = [item.schema() for item in self.tools.values()]
@@ -159,6 +172,7 @@ class ToolEnv(gym.Env[str, str]):
         self._messages: list[dict[str, Any]] = []
         self._prompt_length = 0  # messages that every context policy keeps (system + question)
         self._turn_sizes: list[int] = []  # messages each turn appended, for the window policy
+        self._folded: list[dict[str, Any]] = []  # messages the summarize policy folded, this episode
         self._done = True
 
     # ------------------------------------------------------------------------------------------ episode
@@ -171,6 +185,7 @@ class ToolEnv(gym.Env[str, str]):
         self._messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
         self._prompt_length = len(self._messages)
         self._turn_sizes = []
+        self._folded = []
         self._turn = 0
         self._well_formed_turns = 0
         self._process_paid = 0.0
@@ -360,12 +375,30 @@ class ToolEnv(gym.Env[str, str]):
         return score_answer(answer, self.task.answers)
 
     def _apply_context_policy(self) -> bool:
-        if self.context_policy != "window" or len(self._turn_sizes) <= self.window_turns:
+        """Keep the prompt and the last ``window_turns`` turns; fold (summarize) or drop (window) older turns."""
+        if self.context_policy == "append" or len(self._turn_sizes) <= self.window_turns:
             return False
+        start = self._prompt_length + (1 if self._folded else 0)  # after the prompt and any earlier summary
         dropped = sum(self._turn_sizes[: -self.window_turns])
-        del self._messages[self._prompt_length : self._prompt_length + dropped]
+        folded = self._messages[start : start + dropped]
+        del self._messages[self._prompt_length : start + dropped]
         del self._turn_sizes[: -self.window_turns]
+        if self.context_policy == "summarize":
+            self._folded.extend(folded)
+            summary = {"role": "user", "content": f"{SUMMARY_HEADER}\n{self._summary()}"}
+            self._messages.insert(self._prompt_length, summary)
         return True
+
+    def _summary(self) -> str:
+        """The summary of every folded message, by the user's summarizer or the extractive default."""
+        budget = self.summary_chars - len(SUMMARY_HEADER) - 1  # the message is the header, a newline, the summary
+        if self.summarizer is None:
+            return extractive_summary(self._folded, self.tool_format, self.tool_schemas,
+                                      max_calls=self.max_calls_per_turn, max_chars=budget)
+        summary = self.summarizer(copy.deepcopy(self._folded))
+        if not isinstance(summary, str):
+            raise TypeError(f"summarizer must return a str, got {type(summary).__name__}")
+        return _clip(_clean_text(summary), budget)
 
     def _context_chars(self) -> int:
         total = 0

@@ -13,6 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agent_gym
 from agent_gym.envs.datasets.download import DatasetNotAvailable
+from agent_gym.formats import ToolCall
 
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -69,3 +70,15 @@ def test_made_env_steps_through_the_passive_checker_without_warnings(env_id: str
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_every_id_has_a_description(env_id: str) -> None:
     assert agent_gym.registered_envs()[env_id].strip()
+
+
+def test_check_env_passes_with_the_summarize_context_policy() -> None:
+    env = gym.make("AgentR1-SynthHop-v0", context="summarize", window_turns=1, max_turns=6, **SMALL_SYNTHHOP)
+    search = env.unwrapped.tool_format.render_call(ToolCall("search", {"query": "river"}, "call_0"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env.unwrapped)
+        env.reset(seed=0)
+        steps = [env.step(search) for _ in range(3)]
+    env.close()
+    assert [step[4]["context_rewritten"] for step in steps] == [False, True, True]

@@ -9,6 +9,7 @@ import pytest
 from conftest import FACT_TASKS, FactLookup
 
 from agent_gym.env import ToolEnv
+from agent_gym.formats import ToolCall
 from agent_gym.rewards import get_reward_spec
 from agent_gym.tasks import Task
 from agent_gym.tools import ToolResult, tool
@@ -327,6 +328,96 @@ def test_window_policy_keeps_the_system_prompt(make_fact_env) -> None:
     for _ in range(3):
         *_, info = env.step(lookup("France"))
     assert info["messages"][0]["role"] == "system"
+
+
+def summarized(env: ToolEnv, *titles: str) -> dict:
+    """Look up each title in turn; return the last step's info."""
+    for title in titles:
+        *_, info = env.step(lookup(title))
+    return info
+
+
+def test_summarize_policy_folds_older_turns_into_one_summary_message(make_fact_env) -> None:
+    env = started(make_fact_env(context="summarize", window_turns=1, max_turns=10))
+    info = summarized(env, "France", "Japan")
+    assert [(m["role"], m["content"]) for m in info["messages"][1:]] == [
+        ("user", "What is the capital of France?"),
+        ("user", "Summary of your earlier turns:\n"
+                 '- lookup {"title": "France"} -> France is a country whose capital is Paris.'),
+        ("assistant", lookup("Japan")),
+        ("tool", "Japan is a country whose capital is Tokyo."),
+    ]
+
+
+def test_summarize_policy_flags_context_rewritten_only_when_it_folds(make_fact_env) -> None:
+    env = started(make_fact_env(context="summarize", window_turns=1, max_turns=10))
+    *_, first = env.step(lookup("France"))
+    *_, second = env.step(lookup("Japan"))
+    assert (first["context_rewritten"], second["context_rewritten"]) == (False, True)
+
+
+def test_summarize_policy_keeps_one_summary_of_every_folded_turn(make_fact_env) -> None:
+    env = started(make_fact_env(context="summarize", window_turns=1, max_turns=10))
+    info = summarized(env, "France", "Japan", "Moby Dick", "Herman Melville")
+    summaries = [m["content"] for m in info["messages"] if m["content"].startswith("Summary of your earlier turns")]
+    assert len(summaries) == 1 and all(f'"title": "{title}"' in summaries[0]
+                                       for title in ("France", "Japan", "Moby Dick"))
+
+
+def test_summarize_policy_keeps_the_summary_within_its_budget(make_fact_env) -> None:
+    env = started(make_fact_env(context="summarize", window_turns=1, max_turns=20, summary_chars=200))
+    info = summarized(env, *["France", "Japan", "Moby Dick", "Herman Melville"] * 3)
+    (summary,) = [m["content"] for m in info["messages"] if m["content"].startswith("Summary of your earlier turns")]
+    assert len(summary) <= 200 and '"title": "Moby Dick"' in summary  # the newest folded calls are kept
+
+
+def test_summarize_policy_calls_a_user_summarizer_with_the_folded_messages(make_fact_env) -> None:
+    seen: list[list[dict]] = []
+
+    def count_turns(messages: list[dict]) -> str:
+        seen.append(messages)
+        return f"{sum(m['role'] == 'assistant' for m in messages)} earlier turns."
+
+    env = started(make_fact_env(context="summarize", window_turns=1, max_turns=10, summarizer=count_turns))
+    info = summarized(env, "France", "Japan", "Moby Dick")
+    assert info["messages"][2]["content"] == "Summary of your earlier turns:\n2 earlier turns."
+    assert [m["role"] for m in seen[-1]] == ["assistant", "tool", "assistant", "tool"]
+
+
+def test_summarizer_that_returns_no_str_raises_type_error(make_fact_env) -> None:
+    env = started(make_fact_env(context="summarize", window_turns=1, max_turns=10, summarizer=lambda m: None))
+    env.step(lookup("France"))
+    with pytest.raises(TypeError, match="summarizer must return a str, got NoneType"):
+        env.step(lookup("Japan"))
+
+
+def test_summary_budget_below_its_minimum_is_refused(make_fact_env) -> None:
+    with pytest.raises(ValueError, match=r"summary_chars must be at least 100 \(an integer\), got 20"):
+        make_fact_env(context="summarize", summary_chars=20)
+
+
+def test_summarizer_without_the_summarize_policy_is_refused(make_fact_env) -> None:
+    with pytest.raises(ValueError, match="summarizer is used only with context='summarize'"):
+        make_fact_env(summarizer=lambda messages: "")
+
+
+def test_summarize_policy_restarts_with_each_episode(make_fact_env) -> None:
+    env = started(make_fact_env(context="summarize", window_turns=1, max_turns=10))
+    summarized(env, "France", "Japan")
+    env.reset(seed=0, options={"task_id": "capital-japan"})
+    info = summarized(env, "Moby Dick", "Herman Melville")
+    assert "France" not in info["messages"][2]["content"] and "Moby Dick" in info["messages"][2]["content"]
+
+
+@pytest.mark.parametrize("tool_format", ["hermes", "xml", "openai"])
+def test_summarize_policy_names_each_folded_call_in_every_format(make_fact_env, tool_format: str) -> None:
+    env = started(make_fact_env(context="summarize", window_turns=1, max_turns=10, tool_format=tool_format))
+    for title in ("France", "Japan"):
+        *_, info = env.step(env.tool_format.render_call(ToolCall("lookup", {"title": title}, "call_0")))
+    assert info["messages"][2]["content"] == (
+        "Summary of your earlier turns:\n"
+        '- lookup {"title": "France"} -> France is a country whose capital is Paris.'
+    )
 
 
 # ---------------------------------------------------------------------------------------------- rewards
