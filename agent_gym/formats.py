@@ -401,16 +401,23 @@ class XMLFormat(ToolFormat):
         for schema in tool_schemas:
             function = schema["function"]
             name = function["name"]
-            parameter = self._plain_parameter(function)
-            if parameter is None and function.get("parameters", {}).get("properties"):
+            parameters = function.get("parameters", {})
+            plain = self._plain_parameter(function)
+            required = parameters.get("required") or []
+            optional = [key for key in parameters.get("properties", {}) if key not in required and key != plain]
+            if plain is None and parameters.get("properties"):
                 any_json = True
-                lines.append(f"- <{name}>{self._json_example(function)}</{name}>: {function['description']}")
+                body = self._json_example(function)
+                note = f" Optional arguments: {', '.join(optional)}." if optional else ""
             else:
-                lines.append(f"- <{name}>{parameter or ''}</{name}>: {function['description']}")
-        json_rule = "A tool with several arguments takes them as a JSON object inside its tag.\n" if any_json else ""
+                body = plain or ""
+                note = f" Optional arguments, in a JSON body: {', '.join(optional)}." if optional and plain else ""
+            lines.append(f"- <{name}>{body}</{name}>: {function['description']}{note}")
+        json_rule = "Where a tag shows a JSON object, write the arguments as a JSON object inside the tag.\n"
         return (
-            "You can use these tools by writing the tag with its input:\n" + "\n".join(lines) + "\n" + json_rule +
-            "The results will be returned between <information> and </information>. "
+            "You can use these tools by writing the tag with its input:\n" + "\n".join(lines) + "\n"
+            + (json_rule if any_json else "")
+            + "The results will be returned between <information> and </information>. "
             "When you know the final answer, write it between <answer> and </answer>."
         )
 

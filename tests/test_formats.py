@@ -348,6 +348,21 @@ def test_xml_instructions_prompt_a_json_body_for_a_tool_with_several_arguments()
     assert '<add>{"a": ..., "b": ...}</add>' in get_format("xml").instructions(SCHEMAS)
 
 
+def test_xml_instructions_name_the_optional_arguments() -> None:
+    @tool
+    def convert(value: float, unit: str = "celsius") -> str:
+        """Convert a temperature.
+
+        Args:
+            value: degrees.
+            unit: the unit to convert to.
+        """
+        return str(value)
+
+    assert '- <convert>{"value": ...}</convert>: Convert a temperature. Optional arguments: unit.' in (
+        get_format("xml").instructions([convert.schema()]))
+
+
 def test_xml_instructions_prompt_a_plain_body_for_a_tool_with_one_string_argument() -> None:
     assert "<search>query</search>" in get_format("xml").instructions(SCHEMAS)
 
