@@ -466,6 +466,30 @@ def test_hung_server_gives_retrieval_error_after_the_timeout(corpus_file: Path) 
     remote.close()
 
 
+def test_a_hung_server_fails_one_search_within_the_default_total_time_limit(hanging_search_server: str) -> None:
+    # Before the limit, 4 attempts with a 30 s read timeout each kept one search waiting about two minutes.
+    remote = RemoteRetriever(hanging_search_server)
+    started = time.monotonic()
+    with pytest.raises(RetrievalError, match=f"{hanging_search_server} did not answer within 10 s"):
+        remote.search(["capital of Germany"])
+    assert time.monotonic() - started < 20  # the limit plus slack for a loaded machine, far below 120 s
+    remote.close()
+
+
+def test_the_total_time_limit_of_a_search_is_configurable(hanging_search_server: str) -> None:
+    remote = RemoteRetriever(hanging_search_server, total_timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(RetrievalError, match="did not answer within 1 s"):
+        remote.search(["capital of Germany"])
+    assert time.monotonic() - started < 8
+    remote.close()
+
+
+def test_remote_retriever_refuses_a_non_positive_total_timeout() -> None:
+    with pytest.raises(ValueError, match="total_timeout"):
+        RemoteRetriever("http://127.0.0.1:8000", total_timeout=0)
+
+
 def test_client_retries_until_a_restarted_server_answers(corpus_file: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -21,6 +21,7 @@ from typing import Any
 from agent_gym.env import ToolEnv
 from agent_gym.envs.datasets import load_dataset
 from agent_gym.retrieval_index.base import Retriever
+from agent_gym.retrieval_index.client import DEFAULT_TOTAL_TIMEOUT_S
 from agent_gym.retrieval_index.corpus import Document
 from agent_gym.retrieval_index.search_tool import SearchTool
 from agent_gym.tasks import TaskSet
@@ -47,19 +48,19 @@ def _dataset(name: str, split: str, data_path: str | None, cache_dir: str | None
 
 @functools.lru_cache(maxsize=8)
 def _search_tool(name: str, split: str, data_path: str | None, cache_dir: str | None, limit: int | None,
-                 corpus: str, retriever: str, encoder: str | None, top_k: int) -> SearchTool:
+                 corpus: str, retriever: str, encoder: str | None, top_k: int, search_timeout: float) -> SearchTool:
     """One search tool per settings, so the N envs of a vector env share it and their searches batch."""
-    return SearchTool(_retriever(name, split, data_path, cache_dir, limit, corpus, retriever, encoder),
-                      top_k=top_k)
+    return SearchTool(_retriever(name, split, data_path, cache_dir, limit, corpus, retriever, encoder,
+                                 search_timeout), top_k=top_k)
 
 
 def _retriever(name: str, split: str, data_path: str | None, cache_dir: str | None, limit: int | None,
-               corpus: str, retriever: str, encoder: str | None) -> Retriever:
+               corpus: str, retriever: str, encoder: str | None, search_timeout: float) -> Retriever:
     extra = {"encoder": encoder} if encoder else {}
     if corpus.startswith(("http://", "https://")):
         from agent_gym.retrieval_index.client import RemoteRetriever
 
-        return RemoteRetriever(corpus)
+        return RemoteRetriever(corpus, total_timeout=search_timeout)
     from agent_gym.retrieval_index.build import make_retriever, open_index
 
     if corpus == "distractor":
@@ -87,6 +88,7 @@ def make_qa_env(
     retriever: str = "bm25",
     encoder: str | None = None,
     top_k: int = 5,
+    search_timeout: float = DEFAULT_TOTAL_TIMEOUT_S,
     **env_kwargs: Any,
 ) -> ToolEnv:
     """Build a multi-hop QA env.
@@ -102,13 +104,16 @@ def make_qa_env(
             ``hybrid``; ignored for index directories and URLs, which carry their own.
         encoder: the dense encoder (default MiniLM, offline).
         top_k: passages per search (5, as in the paper).
+        search_timeout: with a search-server URL, the most seconds one search may take, retries included;
+            past it the agent sees a failed search and the step goes on.
         env_kwargs: :class:`~agent_gym.env.ToolEnv` settings: ``reward`` (``paper``/``dense``),
             ``tool_format``, ``max_turns``...
     """
     data = str(data_path) if data_path is not None else None
     cache = str(cache_dir) if cache_dir is not None else None
     tasks, _ = _dataset(dataset, split, data, cache, limit)
-    search = _search_tool(dataset, split, data, cache, limit, str(corpus), retriever, encoder, top_k)
+    search = _search_tool(dataset, split, data, cache, limit, str(corpus), retriever, encoder, top_k,
+                          float(search_timeout))
     env_kwargs.setdefault("instruction", QA_INSTRUCTION)
     env_kwargs.setdefault("max_turns", 6)
     return ToolEnv(tasks, [search], **env_kwargs)
