@@ -15,15 +15,18 @@ Datasets, corpora and indexes are loaded once per process and shared by every en
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agent_gym.env import ToolEnv
 from agent_gym.envs.datasets import load_dataset
+from agent_gym.envs.datasets.download import canonical_name
 from agent_gym.retrieval_index.base import Retriever
 from agent_gym.retrieval_index.client import DEFAULT_TOTAL_TIMEOUT_S
 from agent_gym.retrieval_index.corpus import Document
 from agent_gym.retrieval_index.search_tool import SearchTool
+from agent_gym.rewards import get_reward_spec
 from agent_gym.tasks import TaskSet
 
 __all__ = ["make_qa_env", "make_hotpotqa_env", "make_2wikimultihopqa_env", "make_musique_env",
@@ -106,8 +109,9 @@ def make_qa_env(
         top_k: passages per search (5, as in the paper).
         search_timeout: with a search-server URL, the most seconds one search may take, retries included;
             past it the agent sees a failed search and the step goes on.
-        env_kwargs: :class:`~agent_gym.env.ToolEnv` settings: ``reward`` (``paper``/``dense``),
-            ``tool_format``, ``max_turns``...
+        env_kwargs: :class:`~agent_gym.env.ToolEnv` settings: ``reward`` (``paper``/``dense``; answers are
+            scored by the dataset's official rule unless the spec sets ``answer_rule``), ``tool_format``,
+            ``max_turns``...
     """
     data = str(data_path) if data_path is not None else None
     cache = str(cache_dir) if cache_dir is not None else None
@@ -116,6 +120,9 @@ def make_qa_env(
                           float(search_timeout))
     env_kwargs.setdefault("instruction", QA_INSTRUCTION)
     env_kwargs.setdefault("max_turns", 6)
+    spec = get_reward_spec(env_kwargs.get("reward", "paper"))
+    if spec.answer_rule is None:  # score answers as this dataset's official evaluator does
+        env_kwargs["reward"] = replace(spec, answer_rule=canonical_name(dataset))
     return ToolEnv(tasks, [search], **env_kwargs)
 
 
