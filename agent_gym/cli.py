@@ -202,6 +202,7 @@ def run_eval(args: argparse.Namespace) -> int:
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="hotpotqa, 2wikimultihopqa or musique")
     parser.add_argument("--split", default="dev", help="dev or train")
+    parser.add_argument("--setting", default=None, help="HotpotQA only: distractor (default) or fullwiki")
 
 
 def run_data_fetch(args: argparse.Namespace) -> int:
@@ -209,7 +210,7 @@ def run_data_fetch(args: argparse.Namespace) -> int:
 
     try:
         with user_errors(ValueError):  # an unknown dataset name or split
-            path = fetch(args.name, args.split)
+            path = fetch(args.name, args.split, setting=args.setting)
     except DatasetNotAvailable as exc:
         print(f"agent-gym data fetch: {exc}", file=sys.stderr)
         return 1
@@ -221,7 +222,7 @@ def run_data_where(args: argparse.Namespace) -> int:
     from agent_gym.envs.datasets import expected_path
 
     with user_errors(ValueError):
-        print(expected_path(args.name, args.split))
+        print(expected_path(args.name, args.split, setting=args.setting))
     return 0
 
 
