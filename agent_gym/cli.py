@@ -9,10 +9,20 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from agent_gym.cli_args import (
+    UsageError,
+    add_env_kwargs_arguments,
+    env_kwargs_from_args,
+    make_env,
+    parse_env_kwarg_pairs,
+    user_errors,
+)
 
 __all__ = ["main"]
 
@@ -46,33 +56,27 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+# Two-word commands form groups; `agent-gym GROUP --help` lists the group's commands.
+GROUPS: dict[str, str] = {
+    "data": "download the datasets' official files, or see where they go",
+    "index": "build search indexes and serve them over HTTP",
+    "model": "build small models to train",
+}
+
+
 def _load(reference: str) -> Any:
     module_name, _, attribute = reference.partition(":")
     return getattr(importlib.import_module(module_name), attribute)
 
 
-def _parse_value(text: str) -> Any:
-    """``--env-kwarg hops=3``: JSON values when they parse (numbers, lists, booleans), else the string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def parse_env_kwargs(pairs: Sequence[str] | None) -> dict[str, Any]:
     """Turn repeated ``key=value`` options into keyword arguments for ``gym.make``."""
-    kwargs: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--env-kwarg expects key=value, got {pair!r}")
-        kwargs[key.strip()] = _parse_value(value)
-    return kwargs
+    return parse_env_kwarg_pairs(pairs)
 
 
-def add_env_kwarg_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", default=[],
-                        help="keyword argument for the env (repeatable), e.g. --env-kwarg hops=3")
+def _file_safe(text: str) -> str:
+    """A file-name part: ``module:Env-v0`` ids and model names keep only letters, digits, ``.``, ``_``, ``-``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
 
 
 # ---------------------------------------------------------------------------------------------- envs
@@ -99,15 +103,18 @@ def add_play_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task-id", default=None, help="play this task (default: drawn by the seed)")
-    add_env_kwarg_argument(parser)
+    add_env_kwargs_arguments(parser)
 
 
 def run_play(args: argparse.Namespace) -> int:
-    import gymnasium as gym
-
-    env = gym.make(args.env_id, **parse_env_kwargs(args.env_kwarg))
+    env = make_env(args.env_id, env_kwargs_from_args(args))
     options = {"task_id": args.task_id} if args.task_id else None
-    observation, info = env.reset(seed=args.seed, options=options)
+    try:
+        with user_errors(KeyError, ValueError):  # a task id the env does not have
+            observation, info = env.reset(seed=args.seed, options=options)
+    except UsageError:
+        env.close()
+        raise
     print(f"== system ==\n{info['messages'][0]['content']}\n\n== question ==\n{observation}")
     print("\nType your turn; end it with a line holding only '.', or type ':quit'.")
     total = 0.0
@@ -141,42 +148,50 @@ def run_play(args: argparse.Namespace) -> int:
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
     parser.add_argument("--policy", default="naive-rag",
-                        help="scripted policies, comma-separated: oracle, gold-search, naive-rag, random "
-                             "(ignored with --model)")
+                        help="scripted policies, comma-separated: oracle (needs gold decompositions), "
+                             "gold-search, naive-rag, weak-multihop, random (ignored with --model)")
     parser.add_argument("--model", default=None, help="evaluate this model (a directory or HF name) greedily")
-    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--episodes", type=int, default=100,
+                        help="episodes, one per task in the env's task order (at most the env's task count)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="per-episode JSONL (default: runs/eval-ENV-POLICY.jsonl)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_env_kwarg_argument(parser)
+    add_env_kwargs_arguments(parser)
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    import gymnasium as gym
-
     from agent_gym.evaluation import evaluate, format_table, summarize
-    from agent_gym.policies import make_policy
+    from agent_gym.policies import PolicyError, make_policy
 
-    env_kwargs = parse_env_kwargs(args.env_kwarg)
-    env = gym.make(args.env_id, **env_kwargs)
+    env_kwargs = env_kwargs_from_args(args)
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be at least 1, got {args.episodes}")
+    if not args.model:
+        with user_errors(ValueError):
+            runs = [(name, make_policy(name, seed=args.seed)) for name in args.policy.split(",") if name]
+    env = make_env(args.env_id, env_kwargs)
     if args.model:
         from agent_gym.trainers.model_policy import ModelPolicy
 
         runs = [(Path(args.model).name, ModelPolicy.from_pretrained(args.model))]
-    else:
-        runs = [(name, make_policy(name, seed=args.seed)) for name in args.policy.split(",") if name]
+    task_count = len(getattr(env.unwrapped, "tasks", ()))
+    if 0 < task_count < args.episodes:
+        print(f"{args.env_id} has {task_count} tasks: running {task_count} episodes, not {args.episodes}",
+              file=sys.stderr)
     settings = " ".join(f"{key}={value}" for key, value in env_kwargs.items())
     rows = []
-    for label, policy in runs:
-        out = Path(args.out or f"runs/eval-{args.env_id}-{label}.jsonl")
-        if args.out and len(runs) > 1:
-            out = out.with_name(f"{out.stem}-{label}{out.suffix}")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        records = evaluate(env, policy, args.episodes, seed=args.seed, out_path=out,
-                           progress=not args.no_progress, description=f"{args.env_id} / {label}")
-        rows.append((f"{label} {settings}".strip(), summarize(records)))
-        print(f"{label}: per-episode records in {out}", file=sys.stderr)
-    env.close()
+    try:
+        for label, policy in runs:
+            out = Path(args.out or f"runs/eval-{_file_safe(args.env_id)}-{_file_safe(label)}.jsonl")
+            if args.out and len(runs) > 1:
+                out = out.with_name(f"{out.stem}-{_file_safe(label)}{out.suffix}")
+            with user_errors(PolicyError):
+                records = evaluate(env, policy, args.episodes, seed=args.seed, out_path=out,
+                                   progress=not args.no_progress, description=f"{args.env_id} / {label}")
+            rows.append((f"{label} {settings}".strip(), summarize(records)))
+            print(f"{label}: per-episode records in {out}", file=sys.stderr)
+    finally:
+        env.close()
     print(format_table(rows))
     return 0
 
@@ -187,42 +202,85 @@ def run_eval(args: argparse.Namespace) -> int:
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="hotpotqa, 2wikimultihopqa or musique")
     parser.add_argument("--split", default="dev", help="dev or train")
+    parser.add_argument("--setting", default=None, help="HotpotQA only: distractor (default) or fullwiki")
 
 
 def run_data_fetch(args: argparse.Namespace) -> int:
     from agent_gym.envs.datasets import DatasetNotAvailable, fetch
 
     try:
-        print(fetch(args.name, args.split))
+        with user_errors(ValueError):  # an unknown dataset name or split
+            path = fetch(args.name, args.split, setting=args.setting)
     except DatasetNotAvailable as exc:
-        print(f"agent-gym: {exc}", file=sys.stderr)
+        print(f"agent-gym data fetch: {exc}", file=sys.stderr)
         return 1
+    print(path)
     return 0
 
 
 def run_data_where(args: argparse.Namespace) -> int:
     from agent_gym.envs.datasets import expected_path
 
-    print(expected_path(args.name, args.split))
+    with user_errors(ValueError):
+        print(expected_path(args.name, args.split, setting=args.setting))
     return 0
 
 
 # ---------------------------------------------------------------------------------------------- main
 
 
+def _command_list(names: dict[str, str], width: int) -> str:
+    return "\n".join(f"  {name:<{width}} {help_}" for name, help_ in names.items())
+
+
 def _build_parser(command: str | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-gym",
+        usage="%(prog)s [-h] COMMAND ...",
         description="Gymnasium environments and an RL trainer for tool-using LLM agents (Agent-R1).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="commands:\n" + "\n".join(f"  {name:<12} {help_}" for name, (help_, _, _) in COMMANDS.items()),
+        epilog="commands:\n" + _command_list({name: help_ for name, (help_, _, _) in COMMANDS.items()}, 12)
+        + "\n\n'agent-gym COMMAND --help' describes a command's options.",
     )
     if command is not None:
         parser.prog = f"agent-gym {command}"
+        parser.usage = None
         parser.description = COMMANDS[command][0]
         parser.epilog = None
         _load(COMMANDS[command][1])(parser)
     return parser
+
+
+def _group_commands(group: str) -> dict[str, str]:
+    return {name.split(" ", 1)[1]: help_ for name, (help_, _, _) in COMMANDS.items() if name.startswith(f"{group} ")}
+
+
+def _group_parser(group: str) -> argparse.ArgumentParser:
+    commands = _group_commands(group)
+    return argparse.ArgumentParser(
+        prog=f"agent-gym {group}",
+        usage=f"%(prog)s [-h] {{{','.join(commands)}}} ...",
+        description=GROUPS[group],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="commands:\n" + _command_list(commands, 8)
+        + f"\n\n'agent-gym {group} COMMAND --help' describes a command's options.",
+    )
+
+
+def _run_group(group: str, rest: list[str]) -> int:
+    """``agent-gym GROUP`` without one of its commands: help, or the list of its commands."""
+    parser = _group_parser(group)
+    if rest and rest[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    if not rest:
+        parser.print_help(sys.stderr)
+        return 2
+    names = list(_group_commands(group))
+    choices = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    parser.print_usage(sys.stderr)
+    print(f"agent-gym {group}: unknown command {rest[0]!r}; choose {choices}", file=sys.stderr)
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -235,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             command, argv = candidate, argv[length:]
             break
     if command is None:
+        if argv and argv[0] in GROUPS:
+            return _run_group(argv[0], argv[1:])
         parser = _build_parser(None)
         if argv and argv[0] not in ("-h", "--help"):
             parser.print_usage(sys.stderr)
@@ -245,6 +305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser(command).parse_args(argv)
     try:
         return int(_load(COMMANDS[command][2])(args) or 0)
+    except UsageError as error:
+        print(f"agent-gym {command}: {error.message}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

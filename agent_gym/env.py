@@ -372,7 +372,7 @@ class ToolEnv(gym.Env[str, str]):
         if answer is not None and self.task.checker is not None:
             value = float(self.task.checker(answer))
             return AnswerScores(em=value, f1=value, precision=value, recall=value, sub_em=value)
-        return score_answer(answer, self.task.answers)
+        return score_answer(answer, self.task.answers, rule=self.reward_spec.answer_rule)
 
     def _apply_context_policy(self) -> bool:
         """Keep the prompt and the last ``window_turns`` turns; fold (summarize) or drop (window) older turns."""

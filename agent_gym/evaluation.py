@@ -68,12 +68,19 @@ def evaluate(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0, out_
     """Evaluate on the first ``episodes`` tasks of the env's task list (distinct tasks, in order).
 
     Each record is appended to ``out_path`` (JSONL) as soon as its episode ends, so an interrupted run keeps
-    what it measured.
+    what it measured. A policy's ``check_tasks`` runs first (the oracle raises ``PolicyError`` on tasks
+    without gold decompositions).
     """
     tool_env = env.unwrapped
-    assert isinstance(tool_env, ToolEnv)
+    if not isinstance(tool_env, ToolEnv):
+        raise TypeError(f"scripted policies need a ToolEnv, got {type(tool_env).__name__}")
     count = min(episodes, len(tool_env.tasks))
+    check_tasks = getattr(policy, "check_tasks", None)
+    if callable(check_tasks):  # e.g. the oracle refuses tasks without gold decompositions, before any episode
+        check_tasks(tool_env.tasks[:count])
     records: list[EpisodeRecord] = []
+    if out_path:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     handle = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
     try:
         for index in tqdm(range(count), desc=description, disable=not progress, unit="ep"):

@@ -17,16 +17,22 @@ from agent_gym.env import ToolEnv
 from agent_gym.formats import ToolCall
 from agent_gym.rewards import normalize_answer
 
-__all__ = ["Policy", "OraclePolicy", "GoldSearchPolicy", "NaiveRAGPolicy", "RandomPolicy", "WeakMultiHopPolicy",
-           "make_policy",
-           "POLICIES", "extract_answer",
-           "candidate_spans"]
+__all__ = ["Policy", "PolicyError", "OraclePolicy", "GoldSearchPolicy", "NaiveRAGPolicy", "RandomPolicy",
+           "WeakMultiHopPolicy", "make_policy", "POLICIES", "extract_answer", "candidate_spans"]
 
 UNKNOWN_ANSWER = "unknown"
 
 
+class PolicyError(ValueError):
+    """A scripted policy cannot play this env's tasks (the oracle needs gold decompositions)."""
+
+
 class Policy(Protocol):
-    """What the evaluation loop drives: ``begin`` once per episode, then ``act`` once per turn."""
+    """What the evaluation loop drives: ``begin`` once per episode, then ``act`` once per turn.
+
+    A policy may also define ``check_tasks(tasks)``, which raises :class:`PolicyError` before any episode
+    when it cannot play those tasks.
+    """
 
     def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None: ...
 
@@ -55,15 +61,33 @@ class _ScriptedPolicy:
         return self.format.render_answer(text)
 
 
+def _searchable_hops(task: Any) -> list[Any]:
+    return [hop for hop in task.decomposition if hop.query]
+
+
 class OraclePolicy(_ScriptedPolicy):
     """Follows the gold decomposition: one call per hop (its ``query``), checks that the hop's answer came
-    back, and answers gold only if every hop's evidence was seen; otherwise answers ``unknown``."""
+    back, and answers gold only if every hop's evidence was seen; otherwise answers ``unknown``.
+
+    Tasks without a gold decomposition (HotpotQA's, a user's) are refused with :class:`PolicyError`.
+    """
+
+    def check_tasks(self, tasks: Any) -> None:
+        """Raise :class:`PolicyError` if any of ``tasks`` has no gold decomposition to follow."""
+        missing = [task for task in tasks if not _searchable_hops(task)]
+        if missing:
+            raise PolicyError(
+                f"the oracle policy follows each task's gold decomposition, and {len(missing)} of the "
+                f"{len(tasks)} tasks have none (task {missing[0].id!r} first); HotpotQA and most tool tasks "
+                "have none: use gold-search or naive-rag there"
+            )
 
     def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
         super().begin(env, observation, info)
         assert self.task is not None
-        self.hops = [hop for hop in self.task.decomposition if hop.query]
-        self.evidence_ok = bool(self.hops)
+        self.check_tasks([self.task])
+        self.hops = _searchable_hops(self.task)
+        self.evidence_ok = True
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         if self.turn > 0:
@@ -134,7 +158,9 @@ class WeakMultiHopPolicy:
 
     def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
         multihop = self.rng.random() < self.p_multihop
-        self.current = OraclePolicy() if multihop else NaiveRAGPolicy()
+        assert env.task is not None
+        # Tasks without a gold decomposition have no hops to follow: naive-rag plays them.
+        self.current = OraclePolicy() if multihop and _searchable_hops(env.task) else NaiveRAGPolicy()
         self.current.begin(env, observation, info)
 
     def act(self, observation: str, info: dict[str, Any]) -> str:

@@ -1,8 +1,16 @@
 """Answer metrics and reward specifications (DESIGN §4).
 
-The metrics follow the official HotpotQA evaluation script (itself SQuAD's): answers are lower-cased, stripped
-of punctuation and of the articles a/an/the, and white space is folded. F1 treats ``yes``, ``no`` and
-``noanswer`` specially: if either side is one of them, only an exact match scores.
+The metrics follow the official evaluators. All three datasets normalise answers as SQuAD does: lower-cased,
+stripped of punctuation and of the articles a/an/the, white space folded; EM is the best over gold aliases.
+F1 differs by dataset, so it takes a ``rule``:
+
+- ``hotpotqa`` (hotpot_evaluate_v1.py; the default): if either side is ``yes``, ``no`` or ``noanswer`` and
+  they differ, F1 = precision = recall = 0. Over aliases, the best-F1 alias gives F1, precision and recall.
+- ``2wikimultihopqa`` (2wikimultihop_evaluate_v1.1.py): the same yes/no/noanswer rule, but F1, precision and
+  recall are each the best over the aliases (possibly from different aliases).
+- ``musique`` (MuSiQue's metrics/answer.py, SQuAD's): no yes/no rule; an answer or gold with no tokens scores
+  1 against another with none, else 0. The official script reports F1 only; precision and recall here come
+  from the best-F1 alias.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = [
+    "ANSWER_RULES",
     "normalize_answer",
     "exact_match",
     "f1_score",
@@ -29,6 +38,16 @@ __all__ = [
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _SPECIAL_F1_ANSWERS = ("yes", "no", "noanswer")
+ANSWER_RULES = ("hotpotqa", "2wikimultihopqa", "musique")
+DEFAULT_ANSWER_RULE = "hotpotqa"
+
+
+def _answer_rule(rule: str | None) -> str:
+    if rule is None:
+        return DEFAULT_ANSWER_RULE
+    if rule not in ANSWER_RULES:
+        raise ValueError(f"unknown answer rule {rule!r}; choose one of {', '.join(ANSWER_RULES)}")
+    return rule
 
 
 def normalize_answer(text: str) -> str:
@@ -44,17 +63,21 @@ def exact_match(prediction: str, gold: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def f1_score(prediction: str, gold: str) -> tuple[float, float, float]:
-    """Token-level (F1, precision, recall), with the official yes/no/noanswer rule."""
+def f1_score(prediction: str, gold: str, rule: str | None = None) -> tuple[float, float, float]:
+    """Token-level (F1, precision, recall) under a dataset's ``rule`` (see the module docstring)."""
+    rule = _answer_rule(rule)
     normalized_prediction = normalize_answer(prediction)
     normalized_gold = normalize_answer(gold)
     zero = (0.0, 0.0, 0.0)
-    if normalized_prediction != normalized_gold and (
+    if rule != "musique" and normalized_prediction != normalized_gold and (
         normalized_prediction in _SPECIAL_F1_ANSWERS or normalized_gold in _SPECIAL_F1_ANSWERS
     ):
         return zero
     prediction_tokens = normalized_prediction.split()
     gold_tokens = normalized_gold.split()
+    if rule == "musique" and not (prediction_tokens and gold_tokens):
+        agree = float(prediction_tokens == gold_tokens)
+        return agree, agree, agree
     common = Counter(prediction_tokens) & Counter(gold_tokens)
     num_same = sum(common.values())
     if num_same == 0:
@@ -87,13 +110,19 @@ class AnswerScores:
                 "sub_em": self.sub_em}
 
 
-def score_answer(prediction: str | None, golds: Iterable[str]) -> AnswerScores:
-    """Score a prediction against every gold alias and keep the best of each metric (official practice)."""
+def score_answer(prediction: str | None, golds: Iterable[str], rule: str | None = None) -> AnswerScores:
+    """Score a prediction against every gold alias, as the ``rule``'s official evaluator does (the module
+    docstring says how the rules differ); EM and sub-EM are the best over aliases under every rule."""
+    rule = _answer_rule(rule)
     golds = [gold for gold in golds if gold is not None]
     if prediction is None or not golds:
         return AnswerScores(0.0, 0.0, 0.0, 0.0, 0.0)
     em = max(exact_match(prediction, gold) for gold in golds)
-    f1, precision, recall = max(f1_score(prediction, gold) for gold in golds)
+    per_gold = [f1_score(prediction, gold, rule) for gold in golds]
+    if rule == "2wikimultihopqa":
+        f1, precision, recall = (max(values) for values in zip(*per_gold, strict=True))
+    else:
+        f1, precision, recall = max(per_gold)
     sub_em = max(sub_exact_match(prediction, gold) for gold in golds)
     return AnswerScores(em, f1, precision, recall, sub_em)
 
@@ -109,6 +138,8 @@ class RewardSpec:
         process_reward: paid per tool call that makes progress (a tool's own ``ToolResult.reward`` when it sets
             one; else a search whose hits contain a gold supporting title not found before).
         process_cap: the most process reward one episode can earn, so it cannot outweigh the outcome.
+        answer_rule: whose official evaluator scores answers (:data:`ANSWER_RULES`); ``None`` lets the env
+            choose: the QA envs pick their dataset's, other envs HotpotQA's.
     """
 
     name: str = "paper"
@@ -116,6 +147,11 @@ class RewardSpec:
     format_penalty: float = 0.0
     process_reward: float = 0.0
     process_cap: float = 0.0
+    answer_rule: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.answer_rule is not None:
+            _answer_rule(self.answer_rule)
 
     def outcome(self, scores: AnswerScores, format_score: float, format_ok: bool) -> float:
         """Agent-R1 Eq. 6: the answer metric when the format is right, else ``format_score - 1`` (in [-1, 0))."""

@@ -1,8 +1,12 @@
-"""Shared fixtures: a tiny fact-lookup tool environment whose every answer can be computed by hand."""
+"""Shared fixtures: a tiny fact-lookup tool environment whose every answer can be computed by hand, and a search
+server that hangs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import http.server
+import json
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -69,3 +73,38 @@ def make_fact_env() -> Callable[..., ToolEnv]:
         return ToolEnv(list(tasks), [FactLookup()], **settings)
 
     return make
+
+
+@pytest.fixture
+def hanging_search_server() -> Iterator[str]:
+    """A search server that answers ``GET /health`` but never answers a search: it reads the request and keeps
+    the connection open (what a stopped or deadlocked server does). Yields its URL."""
+    release = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's hook name
+            body = json.dumps({"status": "ok", "backend": "hung", "documents": 1, "max_queries": 512,
+                               "max_query_chars": 2048, "default_k": 5, "max_k": 100}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            release.wait(timeout=120)  # never answers while the test runs
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()

@@ -46,3 +46,44 @@ def test_stable_baselines3_ppo_runs_on_the_wrapped_env():
     model = ppo("MlpPolicy", _wrapped(), n_steps=64, batch_size=32, n_epochs=1, seed=0, verbose=0)
     model.learn(128)
     assert model.num_timesteps >= 128
+
+
+@pytest.mark.parametrize("action", [-1, 13, 100, np.int64(-2)])
+def test_an_action_outside_the_discrete_space_is_refused_with_its_range(action):
+    env = _wrapped()
+    env.reset(options={"task_index": 0})
+    with pytest.raises(ValueError, match=r"action must be an integer in \[0, 12\].*got -?\d+"):
+        env.step(action)
+
+
+@pytest.mark.parametrize("action", ["3", 2.5, 2.0, None, [1]])
+def test_an_action_that_is_not_an_integer_is_refused_naming_its_type(action):
+    env = _wrapped()
+    env.reset(options={"task_index": 0})
+    with pytest.raises(TypeError, match=r"action must be an integer in \[0, 12\]"):
+        env.step(action)
+
+
+def test_integer_actions_of_numpy_types_are_accepted():
+    env = _wrapped()
+    env.reset(options={"task_index": 0})
+    for action in (np.int64(12), np.array(12), np.int32(12)):
+        env.step(action)
+
+
+def test_a_tool_with_two_string_arguments_is_refused_at_construction():
+    from agent_gym import Task, ToolEnv, tool
+
+    @tool
+    def convert(value: str, unit: str) -> str:
+        """Convert a value to a unit.
+
+        Args:
+            value: the value, e.g. "3 km".
+            unit: the target unit, e.g. "mile".
+        """
+        return f"{value} in {unit}"
+
+    env = ToolEnv([Task("t", "How many miles is 3 km?", ("1.86",))], [convert])
+    with pytest.raises(ValueError, match="one string argument.*'convert' takes value, unit"):
+        CandidateActionWrapper(env)

@@ -126,3 +126,165 @@ def test_env_kwargs_parse_json_values_and_keep_strings() -> None:
 def test_env_kwarg_without_equals_sign_exits_with_message() -> None:
     with pytest.raises(SystemExit, match="--env-kwarg expects key=value, got 'hops'"):
         parse_env_kwargs(["hops"])
+
+
+# ---------------------------------------------------------------------------------------------- help
+
+
+@pytest.mark.parametrize(("group", "subcommands"), [("data", ["fetch", "where"]), ("index", ["build", "serve"]),
+                                                    ("model", ["init"])])
+def test_each_command_group_has_help_listing_its_subcommands(
+    capsys: pytest.CaptureFixture[str], group: str, subcommands: list[str]
+) -> None:
+    assert main([group, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: agent-gym {group}")
+    assert all(f"  {name} " in out for name in subcommands)
+
+
+@pytest.mark.parametrize("group", ["data", "index", "model"])
+def test_a_bare_command_group_prints_its_help_and_exits_2(capsys: pytest.CaptureFixture[str], group: str) -> None:
+    assert main([group]) == 2
+    assert f"usage: agent-gym {group}" in capsys.readouterr().err
+
+
+def test_an_unknown_subcommand_of_a_group_names_the_group_and_its_subcommands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["index", "bulid"]) == 2
+    assert "agent-gym index: unknown command 'bulid'; choose build or serve" in capsys.readouterr().err
+
+
+def test_top_level_help_shows_the_command_argument_and_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: agent-gym [-h] COMMAND ...")
+    assert "index build" in out and "model init" in out
+
+
+def test_train_help_cites_nothing_a_user_does_not_have(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "DESIGN" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------- user errors
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["eval", "NoSuchEnv-v0"], "agent-gym eval: Environment `NoSuchEnv` doesn't exist"),
+        (["eval", "AgentR1-Calculator-v0", "--policy", "nope"], "agent-gym eval: unknown policy 'nope'"),
+        (["eval", "AgentR1-SynthHop-v0", "--env-kwarg", "hops=99"], "agent-gym eval: cannot make AgentR1-SynthHop-v0"),
+        (["eval", "AgentR1-Calculator-v0", "--env-kwarg", "hops"], "agent-gym eval: --env-kwarg expects key=value"),
+        (["eval", "AgentR1-Calculator-v0", "--env-kwargs", "[1]"],
+         "agent-gym eval: --env-kwargs expects a JSON object"),
+        (["eval", "AgentR1-Calculator-v0", "--episodes", "0"], "agent-gym eval: --episodes must be at least 1, got 0"),
+        (["eval", "AgentR1-Calculator-v0", "--episodes", "-3"], "agent-gym eval: --episodes must be at least 1"),
+        (["play", "NoSuchEnv-v0"], "agent-gym play: Environment `NoSuchEnv` doesn't exist"),
+        (["play", "AgentR1-Calculator-v0", "--task-id", "nope"], "agent-gym play: "),
+        (["sft", "--env", "NoSuchEnv-v0", "--model", "m", "--out", "o"], "agent-gym sft: Environment `NoSuchEnv`"),
+        (["sft", "--env", "AgentR1-Calculator-v0", "--policy", "nope", "--model", "m", "--out", "o"],
+         "agent-gym sft: unknown policy 'nope'"),
+        (["model", "init", "--corpus-from-env", "NoSuchEnv-v0", "--out", "o"],
+         "agent-gym model init: Environment `NoSuchEnv`"),
+        (["data", "where", "nope"], "agent-gym data where: unknown dataset 'nope'"),
+        (["data", "fetch", "hotpotqa", "--split", "test"], "agent-gym data fetch: unknown split 'test'"),
+    ],
+)
+def test_user_errors_print_one_line_naming_the_command_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str],
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, *(["--no-progress"] if argv[0] == "eval" else [])]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(message) and error.count("\n") == 1, error
+
+
+def test_play_of_an_unknown_task_id_says_which_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["play", "AgentR1-Calculator-v0", "--task-id", "nope"]) == 2
+    assert "no task with id 'nope'" in capsys.readouterr().err
+
+
+def test_train_with_an_env_kwarg_the_env_refuses_exits_2_before_loading_a_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    status = main(["train", "--model", str(tmp_path / "no-model"), "--output-dir", str(tmp_path / "run"),
+                   "--env-kwarg", "hops=99"])
+    captured = capsys.readouterr()
+    assert status == 2 and "cannot make AgentR1-SynthHop-v0" in captured.out + captured.err
+
+
+def test_eval_says_when_the_env_has_fewer_tasks_than_episodes_asked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["eval", "AgentR1-SynthHop-v0", "--policy", "oracle", "--episodes", "5", "--no-progress",
+                 "--out", str(tmp_path / "o.jsonl"), "--env-kwarg", "num_pages=2000",
+                 "--env-kwarg", "num_questions=3"]) == 0
+    captured = capsys.readouterr()
+    assert "has 3 tasks: running 3 episodes, not 5" in captured.err
+    assert "| oracle num_pages=2000 num_questions=3 | 3 |" in captured.out
+
+
+def test_oracle_refuses_an_env_without_gold_decompositions(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent_gym import Task, register_tool_env, tool
+
+    @tool
+    def echo(text: str) -> str:
+        """Repeat the text.
+
+        Args:
+            text: what to repeat.
+        """
+        return text
+
+    register_tool_env("NoDecompositions-v0", tools=[echo], tasks=[Task("t1", "Say hi.", ("hi",))])
+    monkeypatch.chdir(tmp_path)
+    try:
+        status = main(["eval", "NoDecompositions-v0", "--policy", "oracle", "--episodes", "1", "--no-progress"])
+    finally:
+        import gymnasium as gym
+
+        gym.registry.pop("NoDecompositions-v0")
+    error = capsys.readouterr().err
+    assert status == 2 and "oracle" in error and "gold decomposition" in error and "gold-search" in error
+
+
+def test_eval_output_file_names_have_no_colon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "agent_gym:AgentR1-Calculator-v0", "--policy", "random", "--episodes", "1",
+                 "--no-progress"]) == 0
+    written = [path.name for path in (tmp_path / "runs").iterdir()]
+    assert written == ["eval-agent_gym_AgentR1-Calculator-v0-random.jsonl"]
+
+
+# ---------------------------------------------------------------------------------------------- env kwargs
+
+
+def test_eval_takes_env_kwargs_as_json_and_as_pairs_with_pairs_winning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["eval", "AgentR1-SynthHop-v0", "--policy", "oracle", "--episodes", "2", "--no-progress",
+                 "--out", str(tmp_path / "o.jsonl"), "--env-kwargs", '{"num_pages": 2000, "num_questions": 9}',
+                 "--env-kwarg", "num_questions=50"]) == 0
+    assert "| oracle num_pages=2000 num_questions=50 | 2 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["sft", "model init", "train", "eval", "play"])
+def test_every_env_command_accepts_both_env_kwargs_forms(command: str) -> None:
+    from agent_gym.cli import _build_parser
+    from agent_gym.cli_args import env_kwargs_from_args
+
+    required = {"sft": ["--env", "E", "--model", "m", "--out", "o"], "model init": ["--corpus-from-env", "E",
+                "--out", "o"], "train": [], "eval": ["E"], "play": ["E"]}[command]
+    namespace = _build_parser(command).parse_args(
+        [*required, "--env-kwargs", '{"hops": 1, "split": "test"}', "--env-kwarg", "hops=3"])
+    if command == "train":  # the JSON form is TrainConfig's own field
+        from agent_gym.trainers.trainer import config_from_train_args
+
+        assert config_from_train_args(namespace).env_kwargs == {"hops": 3, "split": "test"}
+    else:
+        assert env_kwargs_from_args(namespace) == {"hops": 3, "split": "test"}

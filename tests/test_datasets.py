@@ -458,3 +458,130 @@ def test_archive_that_is_not_a_zip_is_not_recorded_as_the_reference(monkeypatch,
     with pytest.raises(DatasetNotAvailable, match=re.escape(str(expected_path("2wikimultihopqa", "dev")))):
         fetch("2wikimultihopqa", "dev")
     assert not (no_cache / "datasets" / "2wikimultihopqa" / "checksums.json").exists()
+
+
+# --- HotpotQA fullwiki setting --------------------------------------------------------------------
+
+
+@needs_samples
+def test_hotpotqa_fullwiki_setting_reads_the_fullwiki_file_of_a_folder(tmp_path):
+    # The fullwiki file has the distractor file's layout; a copy of the sample under its name stands in for it.
+    (tmp_path / "hotpot_dev_fullwiki_v1.json.xz").write_bytes(HOTPOT.read_bytes())
+    tasks, corpus = load_dataset("hotpotqa", data_path=tmp_path, setting="fullwiki")
+    assert len(tasks) == 297 and tasks[0].metadata["setting"] == "fullwiki" and corpus
+    with pytest.raises(DatasetNotAvailable, match="hotpot_dev_distractor_v1.json"):
+        load_dataset("hotpotqa", data_path=tmp_path)  # the default setting looks for its own file
+
+
+@needs_samples
+def test_hotpotqa_fullwiki_setting_finds_its_file_in_the_cache(monkeypatch, no_cache):
+    monkeypatch.setenv("AGENT_GYM_OFFLINE", "1")
+    target = expected_path("hotpotqa", "dev", setting="fullwiki")
+    assert target == no_cache / "datasets" / "hotpotqa" / "hotpot_dev_fullwiki_v1.json"
+    target.parent.mkdir(parents=True)
+    Path(f"{target}.xz").write_bytes(HOTPOT.read_bytes())
+    tasks, _ = load_dataset("hotpotqa", setting="fullwiki", limit=3)
+    assert [task.metadata["setting"] for task in tasks] == ["fullwiki"] * 3
+
+
+def test_hotpotqa_fullwiki_training_file_is_the_one_training_file():
+    # HotpotQA publishes one training set for both settings.
+    assert expected_path("hotpotqa", "train", setting="fullwiki") == expected_path("hotpotqa", "train")
+
+
+def test_unknown_setting_is_refused_listing_the_settings():
+    with pytest.raises(ValueError, match="distractor, fullwiki"):
+        load_dataset("hotpotqa", setting="open-domain")
+
+
+def test_a_dataset_without_settings_refuses_one():
+    with pytest.raises(ValueError, match="setting"):
+        load_dataset("musique", setting="fullwiki")
+
+
+@needs_samples
+def test_the_hotpotqa_env_takes_the_fullwiki_setting(tmp_path):
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401 - registers the ids
+
+    (tmp_path / "hotpot_dev_fullwiki_v1.json.xz").write_bytes(HOTPOT.read_bytes())
+    env = gym.make("AgentR1-HotpotQA-v0", setting="fullwiki", data_path=str(tmp_path), limit=2)
+    env.reset(options={"task_index": 0})
+    assert env.unwrapped.task.metadata["setting"] == "fullwiki"
+    env.close()
+
+
+def test_data_where_takes_a_setting(capsys, no_cache):
+    from agent_gym.cli import main
+
+    assert main(["data", "where", "hotpotqa", "--setting", "fullwiki"]) == 0
+    assert capsys.readouterr().out.strip().endswith("hotpot_dev_fullwiki_v1.json")
+
+
+# --- short format errors --------------------------------------------------------------------------
+
+
+@needs_samples
+def test_a_table_of_columns_is_refused_in_a_short_message_naming_the_file_and_layout(tmp_path):
+    records = json.loads(_xz_text(HOTPOT))
+    columns = {field: {str(i): record[field] for i, record in enumerate(records)} for field in records[0]}
+    path = tmp_path / "hotpot_columns.json"
+    path.write_text(json.dumps(columns))  # pandas' DataFrame.to_json() default layout
+    with pytest.raises(DatasetFormatError) as raised:
+        load_dataset("hotpotqa", data_path=path)
+    message = str(raised.value)
+    assert len(message) < 600 and str(path) in message and "orient='records'" in message
+    assert '"_id", "question", "answer"' in message  # the layout it expected
+
+
+def test_a_record_with_huge_malformed_fields_gives_a_short_message(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"_id": "x" * 10_000, "question": "q?", "answer": "a",
+                                 "supporting_facts": "y" * 10_000, "context": []}]))
+    with pytest.raises(DatasetFormatError) as raised:
+        load_dataset("hotpotqa", data_path=path)
+    message = str(raised.value)
+    assert len(message) < 600 and str(path) in message and "supporting_facts" in message
+
+
+# --- HF_HUB_OFFLINE -------------------------------------------------------------------------------
+
+
+def _no_downloads(monkeypatch):
+    def refuse(url, *args, **kwargs):
+        raise AssertionError(f"tried to download {url}")
+
+    monkeypatch.setattr(download_module, "download_file", refuse)
+
+
+def test_hf_hub_offline_stops_musique_from_trying_the_hub(monkeypatch, no_cache):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _no_downloads(monkeypatch)
+    with pytest.raises(DatasetNotAvailable, match="HF_HUB_OFFLINE is set") as raised:
+        load_dataset("musique")
+    assert str(expected_path("musique", "dev")) in str(raised.value)
+
+
+def test_hf_hub_offline_leaves_downloads_from_elsewhere_alone(monkeypatch, no_cache, loopback_server):
+    served, base = loopback_server
+    (served / "hotpot.json").write_text("[]")
+    _point_at(monkeypatch, ("hotpotqa", "dev"), f"{base}/hotpot.json")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert fetch("hotpotqa", "dev").read_text() == "[]"
+
+
+def test_hub_source_under_hf_hub_offline_says_so_when_the_hub_cache_lacks_the_split(monkeypatch, no_cache):
+    import sys
+    import types
+
+    fake_datasets = types.ModuleType("datasets")
+
+    def load_from_cache_only(*args, **kwargs):  # what `datasets` does offline without a cached copy
+        raise ConnectionError("Couldn't reach 'dgslibisey/MuSiQue' on the Hub (LocalEntryNotFoundError)")
+
+    fake_datasets.load_dataset = load_from_cache_only
+    monkeypatch.setitem(sys.modules, "datasets", fake_datasets)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DatasetNotAvailable, match="HF_HUB_OFFLINE is set"):
+        load_dataset("musique", source="hf")

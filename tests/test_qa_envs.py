@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -57,6 +58,19 @@ def test_a_dead_search_server_becomes_a_failed_tool_result_not_a_crash():
     env.close()
     assert "search is unavailable" in observation and info["tool_calls"][0]["ok"] is False
     assert not (terminated or truncated)
+
+
+def test_a_hung_search_server_costs_one_step_at_most_the_envs_search_timeout(hanging_search_server):
+    env = gym.make("AgentR1-HotpotQA-v0", data_path=str(SAMPLES["AgentR1-HotpotQA-v0"]), limit=2,
+                   corpus=hanging_search_server, search_timeout=1.5)
+    env.reset(seed=0)
+    started = time.monotonic()
+    observation, _, terminated, truncated, info = env.step(
+        '<tool_call>{"name": "search", "arguments": {"query": "Scott Derrickson"}}</tool_call>')
+    elapsed = time.monotonic() - started
+    env.close()
+    assert "did not answer within 1.5 s" in observation and info["tool_calls"][0]["ok"] is False
+    assert elapsed < 10 and not (terminated or truncated)  # two minutes before the limit existed
 
 
 def test_a_missing_corpus_path_is_refused_with_the_command_that_builds_an_index(tmp_path):

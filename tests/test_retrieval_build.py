@@ -124,12 +124,54 @@ def test_directory_without_manifest_is_not_an_index(tmp_path: Path) -> None:
         open_index(tmp_path)
 
 
-def test_interrupted_rebuild_leaves_no_manifest(corpus: Path, tmp_path: Path) -> None:
+def test_failed_rebuild_leaves_the_previous_complete_index_in_place(corpus: Path, tmp_path: Path) -> None:
+    # A build writes beside --out and renames into place only when complete: no partial index can look
+    # complete, and a failed rebuild costs the user nothing.
     build_index(corpus, tmp_path / "index", "tantivy", show_progress=False)
+    before = sorted(path.name for path in (tmp_path / "index").rglob("*"))
     with pytest.raises(FileNotFoundError):
         build_index(tmp_path / "missing.jsonl", tmp_path / "index", "tantivy", show_progress=False)
-    with pytest.raises(IndexNotFoundError):
-        open_index(tmp_path / "index")
+    assert sorted(path.name for path in (tmp_path / "index").rglob("*")) == before
+    with open_index(tmp_path / "index", corpus_path=corpus) as retriever:
+        assert retriever.search_one("the", 1) is not None
+
+
+def _corpus_with_a_bad_line(path: Path, good_lines: int = 20) -> Path:
+    lines = [json.dumps({"id": f"d{i}", "title": f"Page {i}", "text": f"text of page {i}"}) for i in range(good_lines)]
+    path.write_text("\n".join([*lines, "{not json", *lines[:1]]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("backend", ["tantivy", "bm25s"])
+def test_failed_build_leaves_nothing_at_out_or_beside_it(tmp_path: Path, backend: str) -> None:
+    corpus = _corpus_with_a_bad_line(tmp_path / "corpus.jsonl")
+    with pytest.raises(ValueError, match="corpus.jsonl:21: not valid JSON"):
+        build_index(corpus, tmp_path / "index", backend, show_progress=False)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.jsonl"]
+
+
+def test_build_refuses_out_naming_a_file(corpus: Path, tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("my notes")
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        build_index(corpus, tmp_path / "taken", "tantivy", show_progress=False)
+    assert (tmp_path / "taken").read_text() == "my notes"
+
+
+def test_build_refuses_to_replace_a_directory_that_holds_no_index(corpus: Path, tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "thesis.tex").write_text("keep me")
+    with pytest.raises(FileExistsError, match="holds no index"):
+        build_index(corpus, tmp_path / "work", "tantivy", show_progress=False)
+    assert (tmp_path / "work" / "thesis.tex").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("backend", ["tantivy", "bm25s"])
+def test_duplicate_document_ids_are_refused_with_one_example_and_the_count(tmp_path: Path, backend: str) -> None:
+    docs = [{"id": f"d{i % 7}", "title": f"Page {i}", "text": f"text {i}"} for i in range(10)]  # d0, d1, d2 twice
+    write_corpus(docs, tmp_path / "corpus.jsonl")
+    with pytest.raises(ValueError, match=r"document id 'd0' is used by documents 1 and 8.*3 ids are repeated"):
+        build_index(tmp_path / "corpus.jsonl", tmp_path / "index", backend, show_progress=False)
+    assert not (tmp_path / "index").exists()
 
 
 def test_corrupt_manifest_is_reported(tmp_path: Path) -> None:
@@ -265,6 +307,28 @@ def test_cli_reports_a_missing_corpus_with_exit_status_2(tmp_path: Path, capsys)
     status = run_index_build(_cli("--corpus", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "i")))
     assert status == 2
     assert "none.jsonl" in capsys.readouterr().err
+
+
+def test_cli_names_out_when_it_is_a_file_in_one_line(corpus: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "taken").write_text("")
+    status = run_index_build(_cli("--corpus", str(corpus), "--out", str(tmp_path / "taken")))
+    error = capsys.readouterr().err
+    assert status == 2 and error.count("\n") == 1 and "is a file" in error and "Traceback" not in error
+
+
+def test_cli_help_example_params_are_accepted_by_the_backend_they_name(corpus: Path, tmp_path: Path) -> None:
+    parser = add_index_build_arguments(argparse.ArgumentParser())
+    help_text = " ".join(parser.format_help().split())
+    assert "k1=0.9 with --backend bm25s or pyserini" in help_text
+    assert run_index_build(_cli("--corpus", str(corpus), "--backend", "bm25s", "--out", str(tmp_path / "i"),
+                                "--param", "k1=0.9")) == 0
+
+
+def test_tantivy_refuses_bm25_parameters_and_names_the_backends_that_take_them(corpus: Path, tmp_path: Path,
+                                                                              capsys) -> None:
+    status = run_index_build(_cli("--corpus", str(corpus), "--out", str(tmp_path / "i"), "--param", "k1=0.9"))
+    error = capsys.readouterr().err
+    assert status == 2 and "fixes k1=1.2, b=0.75" in error and "--backend bm25s" in error
 
 
 def test_cli_rejects_a_malformed_param() -> None:

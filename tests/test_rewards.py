@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agent_gym.rewards import (
@@ -187,3 +189,92 @@ def test_get_reward_spec_applies_overrides() -> None:
 def test_get_reward_spec_rejects_unknown_name_listing_choices() -> None:
     with pytest.raises(ValueError, match=r"unknown reward spec 'sparse'; choose one of \['dense', 'paper'\]"):
         get_reward_spec("sparse")
+
+
+# ---------------------------------------------------------------------------------------------- per-dataset rules
+# Each dataset's official evaluator scores answers a little differently; `rule=` follows each one.
+
+
+def test_hotpotqa_rule_scores_yes_no_only_by_exact_match() -> None:
+    # hotpot_evaluate_v1.py: if either normalised side is yes / no / noanswer and they differ, F1 = P = R = 0.
+    assert score_answer("no", ["No Doubt"], rule="hotpotqa").f1 == 0.0
+
+
+def test_musique_rule_has_no_yes_no_rule() -> None:
+    # musique metrics/answer.py compute_f1: plain token overlap; "no" vs "no doubt": P = 1, R = 1/2, F1 = 2/3.
+    scores = score_answer("no", ["No Doubt"], rule="musique")
+    assert (scores.f1, scores.precision, scores.recall) == (pytest.approx(2 / 3), 1.0, 0.5)
+
+
+def test_musique_rule_scores_empty_against_empty_as_one() -> None:
+    # compute_f1: "if either is no-answer, then F1 is 1 if they agree, 0 otherwise" (tokens of "the" are none).
+    assert score_answer("the", [""], rule="musique").f1 == 1.0
+    assert score_answer("the", [""], rule="hotpotqa").f1 == 0.0
+
+
+def test_musique_rule_scores_an_empty_answer_against_a_real_gold_as_zero() -> None:
+    assert score_answer("", ["Paris"], rule="musique").f1 == 0.0
+
+
+def test_2wiki_rule_takes_precision_and_recall_each_as_the_best_over_aliases() -> None:
+    # 2wikimultihop_evaluate_v1.1.py update_answer: max_f1, max_prec and max_recall are kept separately.
+    # vs "Barack Hussein Obama II": P = 2/3, R = 2/4, F1 = 4/7; vs "Obama": P = 1/3, R = 1, F1 = 1/2.
+    golds = ["Barack Hussein Obama II", "Obama"]
+    two_wiki = score_answer("Barack Obama president", golds, rule="2wikimultihopqa")
+    hotpot = score_answer("Barack Obama president", golds, rule="hotpotqa")
+    assert (two_wiki.f1, two_wiki.precision, two_wiki.recall) == (pytest.approx(4 / 7), pytest.approx(2 / 3), 1.0)
+    assert (hotpot.f1, hotpot.precision, hotpot.recall) == (pytest.approx(4 / 7), pytest.approx(2 / 3), 0.5)
+
+
+def test_2wiki_rule_keeps_the_yes_no_rule() -> None:
+    assert score_answer("no", ["No Doubt"], rule="2wikimultihopqa").f1 == 0.0
+
+
+def test_an_unknown_answer_rule_is_refused_listing_the_rules() -> None:
+    with pytest.raises(ValueError, match="hotpotqa, 2wikimultihopqa, musique"):
+        score_answer("x", ["x"], rule="squad")
+
+
+def test_the_reward_specs_answer_rule_decides_how_an_env_scores_answers(make_fact_env) -> None:
+    from agent_gym.tasks import Task
+
+    f1 = {}
+    for rule in ("hotpotqa", "musique"):
+        env = make_fact_env([Task("band", "Which band sang Don't Speak?", ("No Doubt",))],
+                            reward=get_reward_spec("paper", answer_rule=rule))
+        env.reset(seed=0)
+        f1[rule] = env.step("<answer>no</answer>")[4]["reward_components"]["f1"]
+    assert f1 == {"hotpotqa": 0.0, "musique": pytest.approx(2 / 3)}
+
+
+QA_SAMPLES = {
+    "AgentR1-HotpotQA-v0": "hotpotqa/hotpot_dev_distractor_v1.sample297.json.xz",
+    "AgentR1-2WikiMultihopQA-v0": "2wikimultihopqa/dev.sample657.json.xz",
+    "AgentR1-Musique-v0": "musique/musique_ans_v1.0_dev.sample200.jsonl.xz",
+}
+
+
+def _qa_env(env_id: str, **kwargs: object):
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401 - registers the ids
+
+    path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / QA_SAMPLES[env_id]
+    if not path.is_file():
+        pytest.skip(f"shared data sample {path} absent")
+    return gym.make(env_id, data_path=str(path), limit=2, **kwargs)
+
+
+@pytest.mark.parametrize(("env_id", "rule"), [("AgentR1-HotpotQA-v0", "hotpotqa"),
+                                              ("AgentR1-2WikiMultihopQA-v0", "2wikimultihopqa"),
+                                              ("AgentR1-Musique-v0", "musique")])
+def test_each_qa_env_scores_answers_with_its_datasets_rule(env_id: str, rule: str) -> None:
+    env = _qa_env(env_id, reward="dense")
+    assert env.unwrapped.reward_spec.answer_rule == rule and env.unwrapped.reward_spec.name == "dense"
+    env.close()
+
+
+def test_a_qa_env_keeps_the_answer_rule_of_a_reward_spec_given_to_it() -> None:
+    env = _qa_env("AgentR1-Musique-v0", reward=get_reward_spec("paper", answer_rule="hotpotqa"))
+    assert env.unwrapped.reward_spec.answer_rule == "hotpotqa"
+    env.close()

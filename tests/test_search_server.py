@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import pickle
+import select
 import signal
 import socket
 import subprocess
@@ -309,6 +310,38 @@ def test_malformed_search_requests_get_4xx_with_a_message(
     assert still_serving.status_code == 200
 
 
+def test_a_chunked_body_over_the_limit_gets_413_before_the_client_has_sent_it(retriever: Retriever) -> None:
+    # Transfer-Encoding: chunked carries no Content-Length: the limit must hold while the body is read.
+    total_bytes, chunk = 64 << 20, b"x" * (64 << 10)
+    with thread_server(lambda: retriever, max_queries=8, max_query_chars=100) as url:
+        wait_until_ready(url, timeout=30)
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            connection.sendall(b"POST /search HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                               b"Transfer-Encoding: chunked\r\n\r\n")
+            sent, answer = 0, b""
+            while sent < total_bytes and not answer:
+                try:
+                    connection.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                except OSError:  # the server closed the connection after answering
+                    break
+                sent += len(chunk)
+                if select.select([connection], [], [], 0)[0]:
+                    answer = connection.recv(65536)
+            if not answer and sent == total_bytes:
+                connection.sendall(b"0\r\n\r\n")  # the whole body went through: end it and read the answer
+            connection.settimeout(60)
+            while b"\r\n\r\n" not in answer:
+                more = connection.recv(65536)
+                if not more:
+                    break
+                answer += more
+        still_serving = httpx.post(f"{url}/search", json={"queries": ["Paris"]})
+    assert answer.startswith(b"HTTP/1.1 413") and b"exceeds the limit" in answer
+    assert sent < total_bytes // 4  # answered after the limit (about 70 kB here) plus socket buffers, not 64 MB
+    assert still_serving.status_code == 200
+
+
 def test_retriever_exception_gives_500_and_server_keeps_serving(retriever: Retriever) -> None:
     with thread_server(lambda: FailsOnQuery(retriever, "boom")) as url:
         wait_until_ready(url, timeout=30)
@@ -466,6 +499,30 @@ def test_hung_server_gives_retrieval_error_after_the_timeout(corpus_file: Path) 
     remote.close()
 
 
+def test_a_hung_server_fails_one_search_within_the_default_total_time_limit(hanging_search_server: str) -> None:
+    # Before the limit, 4 attempts with a 30 s read timeout each kept one search waiting about two minutes.
+    remote = RemoteRetriever(hanging_search_server)
+    started = time.monotonic()
+    with pytest.raises(RetrievalError, match=f"{hanging_search_server} did not answer within 10 s"):
+        remote.search(["capital of Germany"])
+    assert time.monotonic() - started < 20  # the limit plus slack for a loaded machine, far below 120 s
+    remote.close()
+
+
+def test_the_total_time_limit_of_a_search_is_configurable(hanging_search_server: str) -> None:
+    remote = RemoteRetriever(hanging_search_server, total_timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(RetrievalError, match="did not answer within 1 s"):
+        remote.search(["capital of Germany"])
+    assert time.monotonic() - started < 8
+    remote.close()
+
+
+def test_remote_retriever_refuses_a_non_positive_total_timeout() -> None:
+    with pytest.raises(ValueError, match="total_timeout"):
+        RemoteRetriever("http://127.0.0.1:8000", total_timeout=0)
+
+
 def test_client_retries_until_a_restarted_server_answers(corpus_file: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -557,6 +614,20 @@ def test_app_from_env_serves_the_named_factory_with_limits_and_cache(
         too_many = httpx.post(f"{url}/search", json={"queries": ["a", "b", "c", "d"]})
     assert (health["backend"], health["max_queries"]) == ("cached-tantivy-test", 3)
     assert too_many.status_code == 413
+
+
+@pytest.mark.parametrize("cache_entries", [0, 10])
+def test_health_of_a_served_index_directory_reports_its_manifests_document_count(
+    corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_entries: int
+) -> None:
+    build = pytest.importorskip("agent_gym.retrieval_index.build", reason="index backends not present")
+    build.build_index(corpus_file, tmp_path / "index", backend="bm25", show_progress=False)
+    monkeypatch.setenv(INDEX_DIR_ENV, str(tmp_path / "index"))
+    monkeypatch.delenv(FACTORY_ENV, raising=False)
+    monkeypatch.setenv(SERVER_OPTIONS_ENV, json.dumps({"cache_entries": cache_entries}))
+    with thread_server(None, app=app_from_env()) as url:
+        health = wait_until_ready(url, timeout=30)
+    assert health["documents"] == len(CORPUS)
 
 
 def test_app_from_env_without_an_index_says_how_to_start_a_server(monkeypatch: pytest.MonkeyPatch) -> None:

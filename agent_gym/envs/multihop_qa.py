@@ -15,14 +15,18 @@ Datasets, corpora and indexes are loaded once per process and shared by every en
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agent_gym.env import ToolEnv
 from agent_gym.envs.datasets import load_dataset
+from agent_gym.envs.datasets.download import canonical_name
 from agent_gym.retrieval_index.base import Retriever
+from agent_gym.retrieval_index.client import DEFAULT_TOTAL_TIMEOUT_S
 from agent_gym.retrieval_index.corpus import Document
 from agent_gym.retrieval_index.search_tool import SearchTool
+from agent_gym.rewards import get_reward_spec
 from agent_gym.tasks import TaskSet
 from agent_gym.validation import require_int
 
@@ -39,8 +43,10 @@ QA_INSTRUCTION = (
 
 @functools.lru_cache(maxsize=8)
 def _dataset(name: str, split: str, data_path: str | None, cache_dir: str | None,
-             limit: int | None) -> tuple[TaskSet, tuple[Document, ...]]:
-    options = {"limit": limit} if limit is not None else {}
+             limit: int | None, setting: str | None) -> tuple[TaskSet, tuple[Document, ...]]:
+    options: dict[str, Any] = {"limit": limit} if limit is not None else {}
+    if setting is not None:
+        options["setting"] = setting
     tasks, corpus = load_dataset(name, split=split, data_path=data_path, cache_dir=cache_dir, **options)
     documents = tuple(Document(str(doc["id"]), doc["title"], doc["text"]) for doc in corpus)
     return tasks, documents
@@ -48,23 +54,25 @@ def _dataset(name: str, split: str, data_path: str | None, cache_dir: str | None
 
 @functools.lru_cache(maxsize=8)
 def _search_tool(name: str, split: str, data_path: str | None, cache_dir: str | None, limit: int | None,
-                 corpus: str, retriever: str, encoder: str | None, top_k: int) -> SearchTool:
+                 setting: str | None, corpus: str, retriever: str, encoder: str | None, top_k: int,
+                 search_timeout: float) -> SearchTool:
     """One search tool per settings, so the N envs of a vector env share it and their searches batch."""
-    return SearchTool(_retriever(name, split, data_path, cache_dir, limit, corpus, retriever, encoder),
-                      top_k=top_k)
+    return SearchTool(_retriever(name, split, data_path, cache_dir, limit, setting, corpus, retriever, encoder,
+                                 search_timeout), top_k=top_k)
 
 
 def _retriever(name: str, split: str, data_path: str | None, cache_dir: str | None, limit: int | None,
-               corpus: str, retriever: str, encoder: str | None) -> Retriever:
+               setting: str | None, corpus: str, retriever: str, encoder: str | None,
+               search_timeout: float) -> Retriever:
     extra = {"encoder": encoder} if encoder else {}
     if corpus.startswith(("http://", "https://")):
         from agent_gym.retrieval_index.client import RemoteRetriever
 
-        return RemoteRetriever(corpus)
+        return RemoteRetriever(corpus, total_timeout=search_timeout)
     from agent_gym.retrieval_index.build import make_retriever, open_index
 
     if corpus == "distractor":
-        _, documents = _dataset(name, split, data_path, cache_dir, limit)
+        _, documents = _dataset(name, split, data_path, cache_dir, limit, setting)
         return make_retriever(retriever, list(documents), **extra)
     path = Path(corpus).expanduser()
     if path.is_dir():
@@ -84,10 +92,12 @@ def make_qa_env(
     data_path: str | None = None,
     cache_dir: str | None = None,
     limit: int | None = None,
+    setting: str | None = None,
     corpus: str = "distractor",
     retriever: str = "bm25",
     encoder: str | None = None,
     top_k: int = 5,
+    search_timeout: float = DEFAULT_TOTAL_TIMEOUT_S,
     **env_kwargs: Any,
 ) -> ToolEnv:
     """Build a multi-hop QA env.
@@ -98,23 +108,33 @@ def make_qa_env(
         data_path: the official data file (plain, .gz or .xz); default: fetched into the cache on first use.
         cache_dir: where downloads go (default ``$AGENT_GYM_DATA_DIR`` or ``~/.cache/agent_gym``).
         limit: keep only the first ``limit`` questions.
+        setting: HotpotQA only: ``distractor`` (default) or ``fullwiki`` (hotpot_dev_fullwiki_v1.json, found in
+            ``data_path``'s folder or the cache; its ``distractor`` corpus is then the paragraphs an IR system
+            retrieved from Wikipedia for each question; pass ``corpus=`` a Wikipedia index for the real thing).
         corpus: ``distractor``, a corpus JSONL path, an index directory, or a search-server URL.
         retriever: ``bm25`` (the embedded default engine), ``tantivy``, ``bm25s``, ``pyserini``, ``dense``,
             ``hybrid``; ignored for index directories and URLs, which carry their own.
         encoder: the dense encoder (default MiniLM, offline).
         top_k: passages per search (5, as in the paper).
-        env_kwargs: :class:`~agent_gym.env.ToolEnv` settings: ``reward`` (``paper``/``dense``),
-            ``tool_format``, ``max_turns``...
+        search_timeout: with a search-server URL, the most seconds one search may take, retries included;
+            past it the agent sees a failed search and the step goes on.
+        env_kwargs: :class:`~agent_gym.env.ToolEnv` settings: ``reward`` (``paper``/``dense``; answers are
+            scored by the dataset's official rule unless the spec sets ``answer_rule``), ``tool_format``,
+            ``max_turns``...
     """
     top_k = require_int("top_k", top_k)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be at least 1 (an integer) or None, got {limit!r:.80}")
     data = str(data_path) if data_path is not None else None
     cache = str(cache_dir) if cache_dir is not None else None
-    tasks, _ = _dataset(dataset, split, data, cache, limit)
-    search = _search_tool(dataset, split, data, cache, limit, str(corpus), retriever, encoder, top_k)
+    tasks, _ = _dataset(dataset, split, data, cache, limit, setting)
+    search = _search_tool(dataset, split, data, cache, limit, setting, str(corpus), retriever, encoder, top_k,
+                          float(search_timeout))
     env_kwargs.setdefault("instruction", QA_INSTRUCTION)
     env_kwargs.setdefault("max_turns", 6)
+    spec = get_reward_spec(env_kwargs.get("reward", "paper"))
+    if spec.answer_rule is None:  # score answers as this dataset's official evaluator does
+        env_kwargs["reward"] = replace(spec, answer_rule=canonical_name(dataset))
     return ToolEnv(tasks, [search], **env_kwargs)
 
 

@@ -9,18 +9,22 @@ engine and a dense index). An index directory holds ``manifest.json``, the docum
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import shutil
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from agent_gym.retrieval_index.base import Retriever
 from agent_gym.retrieval_index.bm25 import DEFAULT_BM25_BACKEND, BM25sRetriever, TantivyBM25
 from agent_gym.retrieval_index.corpus import CorpusFile, DocStore, Document, as_document, iter_corpus
-from agent_gym.retrieval_index.manifest import IndexMismatchError, Manifest
+from agent_gym.retrieval_index.manifest import MANIFEST_NAME, IndexMismatchError, Manifest
 
 __all__ = [
     "BACKENDS",
@@ -52,6 +56,16 @@ _SEARCH_PARAMS: dict[str, set[str]] = {
     "pyserini": {"k1", "b"},
     "dense": {"ef_search", "nprobe"},
 }
+# tantivy (0.27, Python and Rust) hard-codes its BM25 constants: upstream issue quickwit-oss/tantivy#2195.
+_TANTIVY_BM25_HINT = ("tantivy fixes k1=1.2, b=0.75 (Lucene's defaults); for other BM25 parameters (Pyserini's "
+                      "k1=0.9, b=0.4, say) use --backend bm25s or pyserini")
+
+
+def _unknown_params_message(backend: str, unknown: set[str], allowed: set[str], engine: str) -> str:
+    message = f"backend {backend!r} does not take {sorted(unknown)}; it accepts {sorted(allowed) or 'no parameters'}"
+    if engine == "tantivy" and unknown & {"k1", "b"}:
+        message += f". {_TANTIVY_BM25_HINT}"
+    return message
 
 
 def resolve_backend(name: str) -> str:
@@ -67,10 +81,7 @@ def _split_params(backend: str, params: dict[str, Any]) -> tuple[str, dict[str, 
         allowed = _BUILD_PARAMS[backend] | _SEARCH_PARAMS[backend]
         unknown = set(params) - allowed
         if unknown:
-            raise ValueError(
-                f"backend {backend!r} does not take {sorted(unknown)}; "
-                f"it accepts {sorted(allowed) or 'no parameters'}"
-            )
+            raise ValueError(_unknown_params_message(backend, unknown, allowed, backend))
         return backend, dict(params), {}
     params = dict(params)
     sparse = resolve_backend(params.pop("sparse", "bm25"))
@@ -81,7 +92,7 @@ def _split_params(backend: str, params: dict[str, Any]) -> tuple[str, dict[str, 
     dense_allowed = _BUILD_PARAMS["dense"] | _SEARCH_PARAMS["dense"]
     unknown = set(params) - sparse_allowed - dense_allowed
     if unknown:
-        raise ValueError(f"backend 'hybrid' does not take {sorted(unknown)}")
+        raise ValueError(_unknown_params_message("hybrid", unknown, sparse_allowed | dense_allowed, sparse))
     sparse_params = {key: value for key, value in params.items() if key in sparse_allowed}
     dense_params = {key: value for key, value in params.items() if key in dense_allowed}
     if k_rrf is not None:
@@ -114,6 +125,60 @@ def _only(params: dict[str, Any], names: set[str]) -> dict[str, Any]:
     return {key: value for key, value in params.items() if key in names}
 
 
+class _IdRecorder:
+    """Records a 64-bit hash of each document id that streams through, to find repeated ids afterwards in
+    8 bytes a document (wiki-18's 21M passages: 168 MB, where a set of the id strings would take gigabytes)."""
+
+    def __init__(self) -> None:
+        self.hashes = array("Q")
+
+    def through(self, docs: Iterable[Document]) -> Iterator[Document]:
+        for doc in docs:
+            digest = hashlib.blake2b(doc.id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+            self.hashes.append(int.from_bytes(digest, "little"))
+            yield doc
+
+    def refuse_repeats(self, store: Sequence[Document], corpus_path: str | os.PathLike[str]) -> None:
+        """Raise ``ValueError`` naming one repeated id, where it occurs, and how many ids repeat."""
+        hashes = np.frombuffer(self.hashes, dtype=np.uint64) if len(self.hashes) else np.zeros(0, np.uint64)
+        order = np.argsort(hashes, kind="stable")
+        ordered = hashes[order]
+        repeated_hashes = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+        rows_by_id: dict[str, list[int]] = {}
+        for value in repeated_hashes:  # compare the ids themselves: two ids may share a hash
+            for row in np.flatnonzero(hashes == value).tolist():
+                rows_by_id.setdefault(store[row].id, []).append(row)
+        repeats = {doc_id: rows for doc_id, rows in rows_by_id.items() if len(rows) > 1}
+        if not repeats:
+            return
+        doc_id, rows = min(repeats.items(), key=lambda item: item[1][0])
+        raise ValueError(
+            f"corpus {corpus_path}: document id {doc_id!r} is used by documents {rows[0] + 1} and {rows[1] + 1} "
+            f"(counted from 1 in file order); {len(repeats)} ids are repeated in all. Ids name the search hits, "
+            "so they must be unique: give each passage its own id and build again"
+        )
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NotADirectoryError(f"{out_dir} is a file, not a directory: give --out a directory for the index "
+                                 "(it is created, or replaced if it holds an index)")
+    if out_dir.is_dir() and not (out_dir / MANIFEST_NAME).is_file() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} exists and holds no index (no {MANIFEST_NAME}), so it is not replaced: "
+                              "choose another --out, or remove that directory first")
+
+
+def _move_into_place(staging: Path, out_dir: Path) -> None:
+    """Rename a finished build to ``out_dir``, replacing an earlier index (or an empty directory) there."""
+    if not out_dir.exists():
+        staging.rename(out_dir)
+        return
+    retired = out_dir.with_name(f".{out_dir.name}.replaced-{os.getpid()}")
+    out_dir.rename(retired)
+    staging.rename(out_dir)
+    shutil.rmtree(retired, ignore_errors=True)  # a server still reading it keeps its open files
+
+
 def build_index(
     corpus_path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
@@ -125,10 +190,20 @@ def build_index(
 ) -> Manifest:
     """Index a JSONL corpus into ``out_dir`` and write its ``manifest.json``; return the manifest.
 
+    The index is built in a directory beside ``out_dir`` and renamed into place when complete, so a failed
+    build leaves nothing behind and an earlier index at ``out_dir`` untouched. Document ids must be unique
+    (they name the hits); a corpus that repeats one is refused before any engine indexes it.
+
     ``params`` go to the engine: bm25s ``k1, b, method, stemmer``; pyserini ``threads, heap, k1, b``;
     dense ``faiss_index`` (flat | hnsw | ivfpq), ``m, ef_construction, nlist, pq_m, nbits``,
     ``ef_search, nprobe``;
-    hybrid ``sparse`` (a BM25 engine), ``k_rrf`` and any of those.
+    hybrid ``sparse`` (a BM25 engine), ``k_rrf`` and any of those. tantivy takes none (its BM25 constants
+    are fixed).
+
+    Raises:
+        ValueError: unknown backend or parameter, an empty corpus, a malformed line, repeated ids.
+        FileNotFoundError: no corpus file.
+        NotADirectoryError / FileExistsError: ``out_dir`` is a file, or a directory that holds no index.
     """
     engine = resolve_backend(backend)
     sparse, sparse_params, dense_params = _split_params(engine, params)
@@ -137,40 +212,55 @@ def build_index(
     if encoder is not None and engine not in ("dense", "hybrid"):
         raise ValueError(f"backend {backend!r} uses no encoder; pass --encoder only with dense or hybrid")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "manifest.json").unlink(missing_ok=True)  # an interrupted rebuild must not look complete
-    if engine in STREAMING_ENGINES:
-        # Stream the file (twice: engine, then document store) so corpora larger than memory build.
-        docs: Iterable[Document] = CorpusFile(corpus_path)
-    else:
-        docs = _read_documents(corpus_path, show_progress)
-        if not docs:
+    _check_out_dir(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = out_dir.with_name(f".{out_dir.name}.building-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        if engine in STREAMING_ENGINES:
+            # Stream the file (twice: document store, then engine) so corpora larger than memory build.
+            docs: Iterable[Document] = CorpusFile(corpus_path)
+        else:
+            docs = _read_documents(corpus_path, show_progress)
+        # The document store first: its pass is cheap, and it finds repeated ids before any costly indexing.
+        ids = _IdRecorder()
+        doc_count = DocStore.write(
+            tqdm(ids.through(docs), desc="writing document store", unit="doc", disable=not show_progress), staging
+        )
+        if doc_count == 0:
             raise ValueError(f"corpus {corpus_path} has no documents")
-    encoder_name = None
-    if engine in ("dense", "hybrid"):
-        from agent_gym.retrieval_index.dense import DenseRetriever, encoder_spec
+        store = DocStore(staging)
+        try:
+            ids.refuse_repeats(store, corpus_path)
+        finally:
+            store.close()
+        encoder_name = None
+        if engine in ("dense", "hybrid"):
+            from agent_gym.retrieval_index.dense import DenseRetriever, encoder_spec
 
-        encoder_name = encoder_spec(encoder).name
-        dense_build = _only(dense_params, _BUILD_PARAMS["dense"])
-        DenseRetriever.build(
-            docs, out_dir, encoder=encoder_name, store_docs=False, show_progress=show_progress, **dense_build
-        )
-    if engine != "dense":
-        _sparse_class(sparse).build(
-            docs,
-            out_dir,
-            store_docs=False,
-            show_progress=show_progress,
-            **_only(sparse_params, _BUILD_PARAMS[sparse]),
-        )
-    doc_count = DocStore.write(
-        tqdm(docs, desc="writing document store", unit="doc", disable=not show_progress), out_dir
-    )
-    recorded = dict(params)
-    if engine == "hybrid":
-        recorded["sparse"] = sparse
-    manifest = Manifest.for_corpus(corpus_path, engine, doc_count, encoder=encoder_name, params=recorded)
-    manifest.write(out_dir)
+            encoder_name = encoder_spec(encoder).name
+            dense_build = _only(dense_params, _BUILD_PARAMS["dense"])
+            DenseRetriever.build(
+                docs, staging, encoder=encoder_name, store_docs=False, show_progress=show_progress, **dense_build
+            )
+        if engine != "dense":
+            _sparse_class(sparse).build(
+                docs,
+                staging,
+                store_docs=False,
+                show_progress=show_progress,
+                **_only(sparse_params, _BUILD_PARAMS[sparse]),
+            )
+        recorded = dict(params)
+        if engine == "hybrid":
+            recorded["sparse"] = sparse
+        manifest = Manifest.for_corpus(corpus_path, engine, doc_count, encoder=encoder_name, params=recorded)
+        manifest.write(staging)
+        _move_into_place(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return manifest
 
 
@@ -314,7 +404,8 @@ def add_index_build_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
         default=[],
         type=_parse_param,
         metavar="KEY=VALUE",
-        help="engine parameter, repeatable (e.g. k1=0.9, nlist=1024, sparse=bm25s)",
+        help="engine parameter, repeatable (e.g. k1=0.9 with --backend bm25s or pyserini, nlist=1024 with dense, "
+        "sparse=bm25s with hybrid); tantivy, the bm25 default, takes none (it fixes k1=1.2, b=0.75)",
     )
     return parser
 
@@ -328,8 +419,8 @@ def run_index_build(namespace: argparse.Namespace) -> int:
         manifest = build_index(
             namespace.corpus, namespace.out, namespace.backend, namespace.encoder, **params
         )
-    except (FileNotFoundError, ValueError, IndexMismatchError) as error:
-        print(f"agent-gym index build: error: {error}", file=sys.stderr)
+    except (OSError, ValueError, IndexMismatchError) as error:  # OSError: no corpus, --out a file, disk full
+        print(f"agent-gym index build: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     print(f"built {manifest.backend} index of {manifest.doc_count} documents in {namespace.out}")
     return 0

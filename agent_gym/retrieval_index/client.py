@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -16,6 +17,12 @@ from agent_gym.retrieval_index.base import Hit, RetrievalError, Retriever
 # 5xx are retried: 503 while the index loads, 502/504 from a proxy, 500 from a failed search.
 _RETRIABLE_STATUS = frozenset({500, 502, 503, 504})
 _MAX_BACKOFF_S = 8.0
+# One search call waits at most this long by default: a step of an env must not hang on a stopped server
+# (measured before this bound: 123.6 s, four attempts of a 30 s read timeout), while a busy server still has
+# time for a large batch and a restarting one for a few retries.
+DEFAULT_TOTAL_TIMEOUT_S = 10.0
+# Bodies are read in chunks so that the deadline also holds against a server that trickles its answer.
+_READ_CHUNK_BYTES = 1 << 16
 
 
 def _normalise_url(url: str) -> str:
@@ -38,14 +45,14 @@ def _sendable(query: str, max_chars: int | None) -> str:
     return str(query)[:max_chars].encode("utf-8", "replace").decode("utf-8")
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(body: bytes) -> str:
     try:
-        body = response.json()
+        decoded = json.loads(body)
     except ValueError:
-        return response.text[:500]
-    if isinstance(body, dict):
-        return str(body.get("error") or body.get("detail") or body)[:500]
-    return str(body)[:500]
+        return body[:500].decode("utf-8", "replace")
+    if isinstance(decoded, dict):
+        return str(decoded.get("error") or decoded.get("detail") or decoded)[:500]
+    return str(decoded)[:500]
 
 
 class RemoteRetriever(Retriever):
@@ -56,16 +63,21 @@ class RemoteRetriever(Retriever):
     - Connection errors, timeouts and 5xx are retried ``retries`` times with exponential backoff
       (``backoff``, ``2 * backoff``, ... seconds, at most 8 s); then a `RetrievalError` names the URL
       and how to start a server. 4xx are not retried.
+    - ``timeout`` bounds each attempt; ``total_timeout`` bounds one whole :meth:`search` call, attempts,
+      pauses and split batches included. A server that stops answering but keeps its connections open
+      (stopped, deadlocked) costs the caller at most ``total_timeout`` seconds, then a `RetrievalError`.
     - One instance is safe to share between threads, and can be pickled (to subprocess vector envs):
       each process opens its own connection pool.
     """
 
-    def __init__(self, url: str, timeout: float = 30.0, retries: int = 3, backoff: float = 0.5) -> None:
-        if timeout <= 0 or retries < 0 or backoff < 0:
-            raise ValueError(f"need timeout > 0, retries >= 0, backoff >= 0; "
-                             f"got {timeout}, {retries}, {backoff}")
+    def __init__(self, url: str, timeout: float = 30.0, retries: int = 3, backoff: float = 0.5,
+                 total_timeout: float = DEFAULT_TOTAL_TIMEOUT_S) -> None:
+        if timeout <= 0 or retries < 0 or backoff < 0 or total_timeout <= 0:
+            raise ValueError(f"need timeout > 0, retries >= 0, backoff >= 0, total_timeout > 0; "
+                             f"got {timeout}, {retries}, {backoff}, {total_timeout}")
         self.url = _normalise_url(url)
         self.timeout = timeout
+        self.total_timeout = total_timeout
         self.retries = retries
         self.backoff = backoff
         self.name = f"remote:{self.url}"
@@ -101,36 +113,62 @@ class RemoteRetriever(Retriever):
 
     # -- requests ------------------------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, payload: dict | None = None) -> Any:
-        """Send one request with retries; return the decoded JSON body of a 2xx answer."""
+    def _request(self, method: str, path: str, payload: dict | None = None, deadline: float | None = None) -> Any:
+        """Send one request with retries, all before ``deadline`` (``time.monotonic()``; default: now +
+        ``total_timeout``); return the decoded JSON body of a 2xx answer."""
+        deadline = time.monotonic() + self.total_timeout if deadline is None else deadline
         attempts = self.retries + 1
-        problem = ""
+        problem, tried = "", 0
         for attempt in range(attempts):
             if attempt:
-                time.sleep(min(self.backoff * 2 ** (attempt - 1), _MAX_BACKOFF_S))
+                pause = min(self.backoff * 2 ** (attempt - 1), _MAX_BACKOFF_S)
+                # Keep room for one last attempt rather than sleeping through the deadline.
+                time.sleep(max(0.0, min(pause, deadline - time.monotonic() - 0.5)))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            tried += 1
             try:
-                response = self._http().request(method, f"{self.url}{path}", json=payload)
+                status, body = self._send(method, path, payload, min(self.timeout, remaining), deadline)
             except httpx.TransportError as exc:
                 problem = f"unreachable ({type(exc).__name__}: {exc or 'no detail'})"
                 continue
-            if response.status_code in _RETRIABLE_STATUS:
-                problem = f"answered HTTP {response.status_code}: {_error_message(response)}"
+            except TimeoutError:
+                problem = "sent no complete answer in time"
                 continue
-            if response.status_code >= 400:
+            if status in _RETRIABLE_STATUS:
+                problem = f"answered HTTP {status}: {_error_message(body)}"
+                continue
+            if status >= 400:
                 raise RetrievalError(f"search server at {self.url} rejected {method} {path} with HTTP "
-                                     f"{response.status_code}: {_error_message(response)}")
+                                     f"{status}: {_error_message(body)}")
             try:
-                return response.json()
+                return json.loads(body)
             except ValueError as exc:
                 raise RetrievalError(f"search server at {self.url} sent a body that is not JSON: "
-                                     f"{response.text[:200]!r}") from exc
-        raise RetrievalError(f"search server at {self.url} {problem} after {attempts} attempt(s); "
+                                     f"{body[:200]!r}") from exc
+        if time.monotonic() >= deadline:
+            raise RetrievalError(f"search server at {self.url} did not answer within {self.total_timeout:g} s "
+                                 f"(total_timeout; {tried} attempt(s), last: {problem or 'no answer'}); "
+                                 f"{_start_hint(self.url)}")
+        raise RetrievalError(f"search server at {self.url} {problem} after {tried} attempt(s); "
                              f"{_start_hint(self.url)}")
 
-    def health(self) -> dict[str, Any]:
+    def _send(self, method: str, path: str, payload: dict | None, timeout: float,
+              deadline: float) -> tuple[int, bytes]:
+        """One attempt: (status, body). Raises ``TimeoutError`` when the body is still arriving at ``deadline``."""
+        with self._http().stream(method, f"{self.url}{path}", json=payload, timeout=timeout) as response:
+            chunks = []
+            for chunk in response.iter_bytes(_READ_CHUNK_BYTES):
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+            return response.status_code, b"".join(chunks)
+
+    def health(self, deadline: float | None = None) -> dict[str, Any]:
         """The server's /health answer (backend, document count, limits); cached after the first call."""
         if self._health is None:
-            self._health = self._request("GET", "/health")
+            self._health = self._request("GET", "/health", deadline=deadline)
         return self._health
 
     @property
@@ -144,7 +182,8 @@ class RemoteRetriever(Retriever):
         queries = list(queries)
         if not queries:
             return []
-        limits = self.health()
+        deadline = time.monotonic() + self.total_timeout
+        limits = self.health(deadline)
         max_k = int(limits.get("max_k", k))
         if not 1 <= k <= max_k:
             raise ValueError(f"k must be between 1 and the server's max_k={max_k}, got {k}")
@@ -153,7 +192,7 @@ class RemoteRetriever(Retriever):
         results: list[list[Hit]] = []
         for start in range(0, len(queries), chunk):
             batch = [_sendable(query, max_chars) for query in queries[start : start + chunk]]
-            body = self._request("POST", "/search", {"queries": batch, "k": k})
+            body = self._request("POST", "/search", {"queries": batch, "k": k}, deadline)
             try:
                 rows = body["results"]
                 results.extend([Hit(str(hit["id"]), hit["title"], hit["text"], float(hit["score"] or 0.0))

@@ -7,8 +7,11 @@ Endpoints:
   ``{"queries": [...], "topk": 3, "return_scores": true}`` ->
   ``{"result": [[{"document": {"id", "title", "text", "contents"}, "score": s}, ...], ...]}``
   (without ``return_scores`` each hit is the bare document, as in Search-R1's ``retrieval_server.py``).
-- ``GET /health``   200 ``{"status": "ok", ...limits}`` once the index is loaded and a first search has run;
-  503 while loading or after a failed load.
+- ``GET /health``   200 ``{"status": "ok", "backend", "documents", "pid", ...limits}`` once the index is loaded
+  and a first search has run (``documents`` from the index's manifest); 503 while loading or after a failed load.
+
+A request body larger than any valid request is refused with 413 as soon as it passes the limit, with or
+without ``Content-Length``.
 
 Design choices measured in ``shared/notes/retrieval.md``: batch queries per request (1 query/request tops
 out near 2-3k q/s on loopback, 16/request reaches 7-10k); worker processes over a memory-mapped index rather
@@ -71,24 +74,58 @@ def _error(status: int, message: str) -> Any:
 
 
 class _BodySizeLimit:
-    """Pure-ASGI guard: refuse bodies whose Content-Length exceeds the limit before reading them."""
+    """Pure-ASGI guard: answer 413 to any body over the limit, without reading more of it than the limit.
+
+    A ``Content-Length`` over the limit is refused before any byte is read. Other bodies (``Transfer-Encoding:
+    chunked`` has no length) are read here, counted as they arrive, and refused as soon as they pass the limit
+    (measured before this: a 60 MB chunked body was read and parsed in full, RSS 86 -> 184 MB); a body within
+    the limit is handed to the app from memory.
+    """
 
     def __init__(self, app: Any, max_body_bytes: int) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            for name, value in scope.get("headers", ()):
-                if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
-                    message = (f"request body of {int(value)} bytes exceeds the limit of "
-                               f"{self.max_body_bytes} bytes; send fewer or shorter queries")
-                    body = json.dumps({"error": message, "detail": message})
-                    await send({"type": "http.response.start", "status": 413,
-                                "headers": [(b"content-type", b"application/json")]})
-                    await send({"type": "http.response.body", "body": body.encode()})
-                    return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
+                await self._refuse(send, f"request body of {int(value)} bytes")
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_body_bytes:
+                await self._refuse(send, "request body")
+                return
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:  # the app waits for a disconnect after the body: pass the real one on
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any, what: str) -> None:
+        message = f"{what} exceeds the limit of {self.max_body_bytes} bytes; send fewer or shorter queries"
+        body = json.dumps({"error": message, "detail": message}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
 
 class _RetrieverHolder:
@@ -127,10 +164,22 @@ class _RetrieverHolder:
 
 
 def _document_count(retriever: Retriever) -> int | None:
-    count = getattr(retriever, "num_documents", None)
-    if count is None and hasattr(retriever, "__len__"):
-        count = len(retriever)  # type: ignore[arg-type]
+    if hasattr(retriever, "num_documents"):
+        count = retriever.num_documents  # type: ignore[attr-defined]
+    else:  # a plain retriever may be a sequence of its documents (a CachedRetriever's len is its cache's)
+        count = len(retriever) if hasattr(retriever, "__len__") else None  # type: ignore[arg-type]
     return int(count) if isinstance(count, int) else None
+
+
+def _manifest_document_count(index_dir: str) -> int | None:
+    """The document count an index directory's manifest records (None when it has no readable manifest:
+    loading the index then fails and /health reports why)."""
+    from agent_gym.retrieval_index.manifest import Manifest
+
+    try:
+        return Manifest.read(index_dir).doc_count
+    except (OSError, ValueError):
+        return None
 
 
 def _check_limits(max_queries: int, max_query_chars: int, default_k: int, max_k: int) -> None:
@@ -152,12 +201,14 @@ def create_app(
     max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
     default_k: int = DEFAULT_K,
     max_k: int = DEFAULT_MAX_K,
+    documents: int | None = None,
 ) -> Any:
     """Build the ASGI app (FastAPI) serving the retriever that ``retriever_factory`` returns.
 
     The factory runs in a background thread at startup (then one warm-up search), so the server accepts
     connections at once and ``/health`` answers 503 until it is ready. The app owns the retriever and
-    closes it at shutdown.
+    closes it at shutdown. ``documents`` is the count ``/health`` reports (an index directory's manifest
+    knows it); by default the retriever's own ``num_documents``.
     """
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
@@ -253,7 +304,8 @@ def create_app(
             status = "error" if holder.error else "loading"
             return _json({"status": status, "error": holder.error, **limits}, 503)
         return _json({"status": "ok", "backend": getattr(retriever, "name", type(retriever).__name__),
-                      "documents": _document_count(retriever), "pid": os.getpid(), **limits})
+                      "documents": documents if documents is not None else _document_count(retriever),
+                      "pid": os.getpid(), **limits})
 
     # Valid bodies are bounded by max_queries * max_query_chars; JSON escapes cost up to 6 bytes a character.
     return _BodySizeLimit(app, max_body_bytes=max_queries * (6 * max_query_chars + 8) + 65536)
@@ -308,7 +360,9 @@ def app_from_env() -> Any:
     options = json.loads(os.environ.get(SERVER_OPTIONS_ENV) or "{}")
     limits = {key: int(options[key]) for key in ("max_queries", "max_query_chars", "default_k", "max_k")
               if key in options}
-    return create_app(_factory_from_env(), **limits)
+    index_dir = os.environ.get(INDEX_DIR_ENV)
+    documents = _manifest_document_count(index_dir) if index_dir else None
+    return create_app(_factory_from_env(), documents=documents, **limits)
 
 
 def _is_loopback(host: str) -> bool:

@@ -46,8 +46,8 @@ class TrainConfig:
     env_id: str = field(
         default="AgentR1-SynthHop-v0",
         metadata=_help(
-            "Gymnasium id of the training env (any env following DESIGN §2). Default: the offline synthetic "
-            "world."
+            "Gymnasium id of the training env (any env following the environment contract in the README). "
+            "Default: the offline synthetic world."
         ),
     )
     env_kwargs: dict[str, Any] = field(

@@ -251,9 +251,9 @@ def add_model_init_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--vocab-size", type=int, default=None, help="BPE vocabulary size (default: preset's)"
     )
-    parser.add_argument(
-        "--env-kwargs", default="{}", help="JSON kwargs for gymnasium.make (--corpus-from-env)"
-    )
+    from agent_gym.cli_args import add_env_kwargs_arguments
+
+    add_env_kwargs_arguments(parser)  # for --corpus-from-env
     parser.add_argument("--num-prompts", type=int, default=256, help="env resets sampled for prompt texts")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
 
@@ -261,10 +261,10 @@ def add_model_init_arguments(parser: argparse.ArgumentParser) -> None:
 def run_model_init(ns: argparse.Namespace) -> int:
     """Entry point of `agent-gym model init`; returns an exit code."""
     if ns.corpus_from_env:
-        try:
-            env_kwargs = json.loads(ns.env_kwargs)
-        except json.JSONDecodeError as error:
-            raise ModelInitError(f"--env-kwargs is not valid JSON: {error}") from error
+        from agent_gym.cli_args import env_kwargs_from_args, make_env
+
+        env_kwargs = env_kwargs_from_args(ns)
+        make_env(ns.corpus_from_env, env_kwargs).close()  # an unknown id or refused keyword: a one-line error
         texts = texts_from_env(ns.corpus_from_env, num_prompts=ns.num_prompts, env_kwargs=env_kwargs)
     else:
         texts = read_corpus_file(ns.corpus)

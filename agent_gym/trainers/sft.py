@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from agent_gym.trainers.chat_template import encode_text, render_delta, render_prompt
-from agent_gym.trainers.model_init import load_model_and_tokenizer
+from agent_gym.trainers.model_init import ModelInitError, load_model_and_tokenizer
 
 
 @dataclass
@@ -181,10 +181,10 @@ def train_sft(
 
 def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `agent-gym sft`."""
+    from agent_gym.cli_args import add_env_kwargs_arguments
+
     parser.add_argument("--env", required=True, help="Gymnasium id of the env (e.g. AgentR1-SynthHop-v0)")
-    parser.add_argument(
-        "--env-kwargs", default="{}", help="JSON kwargs for gymnasium.make (e.g. a train split)"
-    )
+    add_env_kwargs_arguments(parser)
     parser.add_argument("--policy", default="naive-rag", help="scripted policy name (agent_gym.policies)")
     parser.add_argument("--model", required=True, help="model directory to start from (agent-gym model init)")
     parser.add_argument("--out", required=True, help="where to save the fine-tuned model")
@@ -202,25 +202,24 @@ def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_sft(ns: argparse.Namespace) -> int:
     """Entry point of `agent-gym sft`; returns an exit code."""
-    import gymnasium as gym
+    from agent_gym.cli_args import UsageError, env_kwargs_from_args, make_env, user_errors
+    from agent_gym.policies import PolicyError, make_policy
 
-    import agent_gym  # noqa: F401  (registers the env ids; no concrete env import)
-    from agent_gym.policies import make_policy
-
+    env_kwargs = env_kwargs_from_args(ns)
+    if ns.episodes < 1:
+        raise UsageError(f"--episodes must be at least 1, got {ns.episodes}")
+    with user_errors(ValueError):
+        policy = make_policy(ns.policy, seed=ns.seed)
+    env = make_env(ns.env, env_kwargs)  # registers the env ids; no concrete env import
     try:
-        env_kwargs = json.loads(ns.env_kwargs)
-    except json.JSONDecodeError as error:
-        raise SystemExit(f"--env-kwargs is not valid JSON: {error}") from error
-    env = gym.make(ns.env, **env_kwargs)
-    try:
-        episodes = play_policy_episodes(
-            env, make_policy(ns.policy, seed=ns.seed), ns.episodes, seed=ns.seed, task_offset=ns.task_offset
-        )
+        with user_errors(PolicyError):
+            episodes = play_policy_episodes(env, policy, ns.episodes, seed=ns.seed, task_offset=ns.task_offset)
     finally:
         env.close()
     if ns.min_reward is not None:
         episodes = [episode for episode in episodes if episode.reward >= ns.min_reward]
-    model, tokenizer = load_model_and_tokenizer(ns.model)
+    with user_errors(ModelInitError):
+        model, tokenizer = load_model_and_tokenizer(ns.model)
     examples = [tokenize_episode(tokenizer, episode.messages) for episode in episodes]
     config = SFTConfig(
         epochs=ns.epochs, lr=ns.lr, batch_size=ns.batch_size, max_length=ns.max_length, seed=ns.seed

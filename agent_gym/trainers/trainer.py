@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import inspect
 import math
 import random
@@ -693,19 +694,34 @@ class Trainer:
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `agent-gym train`: ``--config YAML`` plus one flag per `TrainConfig` field."""
+    from agent_gym.cli_args import add_env_kwargs_arguments
+
     parser.add_argument("--config", default=None, help="YAML file of TrainConfig fields; flags override it")
     parser.add_argument("--env", dest="env_id", default=argparse.SUPPRESS, help="alias of --env-id")
-    add_dataclass_arguments(parser, TrainConfig)
+    add_dataclass_arguments(parser, TrainConfig)  # --env-kwargs JSON is a TrainConfig field
+    add_env_kwargs_arguments(parser, json_flag=False)
+
+
+def config_from_train_args(ns: argparse.Namespace) -> TrainConfig:
+    """The config of `agent-gym train`: the YAML file, the flags on top, then each ``--env-kwarg`` on top of
+    ``env_kwargs``."""
+    from agent_gym.cli_args import parse_env_kwarg_pairs
+
+    config = config_from_namespace(ns)
+    pairs = parse_env_kwarg_pairs(getattr(ns, "env_kwarg", None))
+    return dataclasses.replace(config, env_kwargs={**config.env_kwargs, **pairs}) if pairs else config
 
 
 def run_train(ns: argparse.Namespace) -> int:
     """Entry point of `agent-gym train`; returns an exit code (2, with the reason, for bad settings)."""
     import gymnasium as gym
 
+    from agent_gym.cli_args import make_env
     from agent_gym.trainers.model_init import ModelInitError
 
     try:
-        config = config_from_namespace(ns)
+        config = config_from_train_args(ns)
+        make_env(config.env_id, config.env_kwargs).close()  # a refused env fails here, before a model loads
         trainer = Trainer(config)
     except (ConfigError, ModelInitError, gym.error.Error) as error:
         print(f"agent-gym train: {error}")

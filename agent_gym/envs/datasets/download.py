@@ -3,7 +3,11 @@
 Files are cached under ``cache_dir() / "datasets" / <dataset>/``. :func:`fetch` returns the cached file,
 downloading it (with a progress bar and a sha256 check) when it is missing. Without network, or with
 ``AGENT_GYM_OFFLINE=1``, it raises :class:`DatasetNotAvailable`, whose message names the file and the
-exact path to put it at. Compressed copies (``.gz``, ``.xz``) placed there load too.
+exact path to put it at. ``HF_HUB_OFFLINE=1`` (Hugging Face's own switch) stops every download from the Hub
+(MuSiQue's file comes from there) and nothing else. Compressed copies (``.gz``, ``.xz``) placed there load too.
+
+HotpotQA has two settings: ``distractor`` (the default) and ``fullwiki``, whose dev file holds the same
+questions with the paragraphs an IR system retrieved from all of Wikipedia (one training file serves both).
 
 Checksums: where the table below knows a file's sha256 it is enforced. Otherwise the first download's
 sha256 is recorded in ``checksums.json`` beside the files and enforced on any later download, so a
@@ -17,6 +21,7 @@ import http.client
 import json
 import os
 import shutil
+import urllib.parse
 import urllib.request
 import zipfile
 from dataclasses import dataclass
@@ -27,6 +32,8 @@ from tqdm.auto import tqdm
 
 DATA_DIR_ENV = "AGENT_GYM_DATA_DIR"
 OFFLINE_ENV = "AGENT_GYM_OFFLINE"
+HF_OFFLINE_ENV = "HF_HUB_OFFLINE"
+_HUB_HOSTS = ("huggingface.co", "hf.co")
 DATASET_NAMES = ("hotpotqa", "2wikimultihopqa", "musique")
 SPLITS = ("dev", "train")
 _NAME_ALIASES = {
@@ -130,6 +137,17 @@ OFFICIAL_FILES: dict[tuple[str, str], RemoteFile] = {
     ),
 }
 
+# Settings other than a dataset's default (the first listed), and their files.
+SETTINGS: dict[str, tuple[str, ...]] = {"hotpotqa": ("distractor", "fullwiki")}
+SETTING_FILES: dict[tuple[str, str, str], RemoteFile] = {
+    ("hotpotqa", "dev", "fullwiki"): RemoteFile(
+        "hotpot_dev_fullwiki_v1.json",
+        "http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_fullwiki_v1.json",
+        _HOTPOT_ORIGIN,
+    ),
+    ("hotpotqa", "train", "fullwiki"): OFFICIAL_FILES[("hotpotqa", "train")],
+}
+
 HUB_SOURCES: dict[tuple[str, str], HubSource] = {
     ("hotpotqa", "dev"): HubSource("hotpotqa/hotpot_qa", "distractor", "validation"),
     ("hotpotqa", "train"): HubSource("hotpotqa/hotpot_qa", "distractor", "train"),
@@ -168,14 +186,28 @@ def dataset_dir(name: str, root: str | Path | None = None) -> Path:
     return Path(root if root is not None else cache_dir()) / "datasets" / canonical_name(name)
 
 
-def remote_file(name: str, split: str) -> RemoteFile:
-    """The official file of a dataset split."""
-    return OFFICIAL_FILES[(canonical_name(name), canonical_split(split))]
+def canonical_setting(name: str, setting: str | None) -> str | None:
+    """``None`` for a dataset's default setting (or one without settings); else the setting, checked."""
+    settings = SETTINGS.get(canonical_name(name), ())
+    if setting is None or (settings and setting == settings[0]):
+        return None
+    if setting not in settings:
+        choices = f"choose one of {', '.join(settings)}" if settings else "it has none"
+        raise ValueError(f"{canonical_name(name)} has no setting {setting!r}; {choices}")
+    return setting
 
 
-def expected_path(name: str, split: str = "dev", root: str | Path | None = None) -> Path:
+def remote_file(name: str, split: str, setting: str | None = None) -> RemoteFile:
+    """The official file of a dataset split (in a setting: HotpotQA's ``fullwiki``)."""
+    key = (canonical_name(name), canonical_split(split))
+    setting = canonical_setting(name, setting)
+    return OFFICIAL_FILES[key] if setting is None else SETTING_FILES[(*key, setting)]
+
+
+def expected_path(name: str, split: str = "dev", root: str | Path | None = None, *,
+                  setting: str | None = None) -> Path:
     """Where :func:`fetch` looks for (and downloads) a split's official file."""
-    return dataset_dir(name, root) / remote_file(name, split).filename
+    return dataset_dir(name, root) / remote_file(name, split, setting).filename
 
 
 def find_data_file(directory: str | Path, filename: str) -> Path | None:
@@ -187,19 +219,35 @@ def find_data_file(directory: str | Path, filename: str) -> Path | None:
     return None
 
 
+def _is_true(variable: str) -> bool:
+    return os.environ.get(variable, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 def is_offline() -> bool:
     """True when ``AGENT_GYM_OFFLINE`` is set to a true value: no download is attempted."""
-    return os.environ.get(OFFLINE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return _is_true(OFFLINE_ENV)
 
 
-def fetch(name: str, split: str = "dev", root: str | Path | None = None, *, timeout_s: float = 60.0) -> Path:
+def is_hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is set to a true value (read as huggingface_hub reads it)."""
+    return _is_true(HF_OFFLINE_ENV)
+
+
+def _on_the_hub(url: str) -> bool:
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return any(host == hub or host.endswith(f".{hub}") for hub in _HUB_HOSTS)
+
+
+def fetch(name: str, split: str = "dev", root: str | Path | None = None, *, timeout_s: float = 60.0,
+          setting: str | None = None) -> Path:
     """Return the local path of a split's official file, downloading it on first use.
 
     Raises:
-        DatasetNotAvailable: not cached and not downloadable; the message names the file and its path.
+        DatasetNotAvailable: not cached and not downloadable (offline, or ``HF_HUB_OFFLINE`` set for a file on
+            the Hugging Face Hub); the message names the file and its path.
         DatasetChecksumError: the download's sha256 does not match the known or recorded digest.
     """
-    remote = remote_file(name, split)
+    remote = remote_file(name, split, setting)
     directory = dataset_dir(name, root)
     found = find_data_file(directory, remote.filename)
     if found is not None:
@@ -208,6 +256,11 @@ def fetch(name: str, split: str = "dev", root: str | Path | None = None, *, time
     if is_offline():
         raise DatasetNotAvailable(
             _not_available_message(name, split, remote, target, f"{OFFLINE_ENV} is set")
+        )
+    if is_hub_offline() and _on_the_hub(remote.url):
+        raise DatasetNotAvailable(
+            _not_available_message(name, split, remote, target,
+                                   f"{HF_OFFLINE_ENV} is set, so nothing is downloaded from the Hugging Face Hub")
         )
     downloaded = target if remote.archive_name is None else directory / remote.archive_name
     try:
@@ -231,37 +284,44 @@ def fetch(name: str, split: str = "dev", root: str | Path | None = None, *, time
     return target
 
 
-def fetch_hub_rows(name: str, split: str = "dev") -> list[dict[str, Any]]:
-    """Rows of a split from the Hugging Face Hub through the optional ``datasets`` library.
+def fetch_hub_rows(name: str, split: str = "dev", setting: str | None = None) -> list[dict[str, Any]]:
+    """Rows of a split from the Hugging Face Hub through the optional ``datasets`` library (which, with
+    ``HF_HUB_OFFLINE`` set, reads only its own cache).
 
     Raises:
         DatasetNotAvailable: ``datasets`` is not installed, the split has no Hub source, or the Hub is
             unreachable.
     """
     key = (canonical_name(name), canonical_split(split))
+    setting = canonical_setting(name, setting)
     if key not in HUB_SOURCES:
         raise DatasetNotAvailable(
             f"{key[0]} has no Hugging Face source here; use the official file: {expected_path(*key)}"
         )
     source = HUB_SOURCES[key]
+    if setting is not None:  # HotpotQA's Hub configs are named after its settings
+        source = HubSource(source.repo_id, setting, source.split)
+    official = expected_path(*key, setting=setting)
     if is_offline():
         raise DatasetNotAvailable(
             f"{OFFLINE_ENV} is set: not loading {source.repo_id} from the Hugging Face Hub. "
-            f"Put the official file at {expected_path(*key)} instead."
+            f"Put the official file at {official} instead."
         )
     try:
         import datasets  # optional: only this code path needs it
     except ImportError as error:
         raise DatasetNotAvailable(
             f"loading {key[0]} {key[1]} from the Hugging Face Hub needs the `datasets` package "
-            "(pip install datasets), or use the official file instead"
+            f"(pip install datasets), or put the official file at {official} instead"
         ) from error
     try:
         rows = datasets.load_dataset(source.repo_id, source.config, split=source.split)
     except Exception as error:  # the library raises many network/hub error types
+        offline = (f" {HF_OFFLINE_ENV} is set, so only the `datasets` cache was read, and it lacks this split."
+                   if is_hub_offline() else "")
         raise DatasetNotAvailable(
             f"could not load {source.repo_id} ({source.config or 'default'}, {source.split}) from the "
-            f"Hugging Face Hub: {error}. Put the official file at {expected_path(*key)} instead."
+            f"Hugging Face Hub: {error}.{offline} Put the official file at {official} instead."
         ) from error
     return [dict(row) for row in rows]
 

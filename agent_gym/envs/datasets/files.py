@@ -40,36 +40,44 @@ def open_binary(path: str | Path) -> IO[bytes]:
     return path.open("rb")
 
 
-def read_json_records(path: str | Path) -> list[dict[str, Any]]:
+def read_json_records(path: str | Path, layout: str = "") -> list[dict[str, Any]]:
     """Read a file of records: a JSON array of objects, or JSON Lines (one object per line).
+
+    ``layout`` describes the records the caller expects; error messages end with it.
 
     Raises:
         DatasetNotAvailable: the file does not exist.
-        DatasetFormatError: the content is not valid JSON / JSONL of objects; says where.
+        DatasetFormatError: the content is not valid JSON / JSONL of objects; says where, in a short message.
     """
     path = Path(path)
+    expected = f"; expected {layout}" if layout else ""
     with open_binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8") as text:
         try:
             content = text.read()
         except (UnicodeDecodeError, EOFError, lzma.LZMAError, OSError) as error:
-            raise DatasetFormatError(f"{path}: cannot read as UTF-8 text ({error})") from error
+            raise DatasetFormatError(f"{path}: cannot read as UTF-8 text ({error}){expected}") from error
     stripped = content.lstrip()
     if not stripped:
-        raise DatasetFormatError(f"{path}: file is empty")
+        raise DatasetFormatError(f"{path}: file is empty{expected}")
     if stripped[0] == "[":
         try:
             records = json.loads(content)
         except json.JSONDecodeError as error:
-            raise DatasetFormatError(f"{path}: invalid JSON ({error})") from error
+            raise DatasetFormatError(f"{path}: invalid JSON ({error}){expected}") from error
     else:
-        records = _parse_json_lines(path, content)
+        records = _parse_json_lines(path, content, expected)
     for index, record in enumerate(records):
         if not isinstance(record, dict):
-            raise DatasetFormatError(f"{path}: record {index} is {type(record).__name__}, not an object")
+            raise DatasetFormatError(f"{path}: record {index} is {type(record).__name__}, not an object{expected}")
+    if len(records) == 1 and records[0] and all(isinstance(value, dict) for value in records[0].values()):
+        raise DatasetFormatError(
+            f"{path}: one JSON object of objects, a table of columns (pandas' DataFrame.to_json default), not "
+            f"records: write it with to_json(orient='records') or to_json(orient='records', lines=True){expected}"
+        )
     return records
 
 
-def _parse_json_lines(path: Path, content: str) -> list[Any]:
+def _parse_json_lines(path: Path, content: str, expected: str) -> list[Any]:
     records = []
     for line_number, line in enumerate(content.splitlines(), start=1):
         if not line.strip():
@@ -77,5 +85,12 @@ def _parse_json_lines(path: Path, content: str) -> list[Any]:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as error:
-            raise DatasetFormatError(f"{path}: line {line_number} is not valid JSON ({error})") from error
+            if not records:  # maybe one JSON object spread over lines (an indented dump)
+                try:
+                    return [json.loads(content)]
+                except json.JSONDecodeError:
+                    pass
+            raise DatasetFormatError(
+                f"{path}: line {line_number} is not valid JSON ({error}){expected}"
+            ) from error
     return records

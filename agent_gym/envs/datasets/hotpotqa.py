@@ -12,14 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from agent_gym.envs.datasets.distractor_corpus import document_id
-from agent_gym.envs.datasets.download import canonical_split
+from agent_gym.envs.datasets.download import canonical_setting, canonical_split
 from agent_gym.envs.datasets.loading import Record, Source, build_split, read_split_records, unique_strings
 from agent_gym.tasks import Task, TaskSet
 
 NAME = "hotpotqa"
+LAYOUT = ('a JSON array of HotpotQA records {"_id", "question", "answer", "supporting_facts": [[title, sentence_id], '
+          '...], "context": [[title, [sentence, ...]], ...], "type", "level"}')
 
 
-def task_from_record(record: Record, split: str = "dev") -> Task:
+def task_from_record(record: Record, split: str = "dev", setting: str = "distractor") -> Task:
     """One official HotpotQA record as a :class:`Task` (context paragraphs go to the corpus, not here)."""
     supporting_facts = [[str(title), int(sentence_id)] for title, sentence_id in record["supporting_facts"]]
     supporting_titles = tuple(dict.fromkeys(title for title, _ in supporting_facts))
@@ -32,6 +34,7 @@ def task_from_record(record: Record, split: str = "dev") -> Task:
         metadata={
             "dataset": NAME,
             "split": split,
+            "setting": setting,
             "type": record.get("type"),
             "level": record.get("level"),
             "supporting_facts": supporting_facts,
@@ -73,6 +76,7 @@ def load_hotpotqa(
     data_path: str | Path | None = None,
     cache_dir: str | Path | None = None,
     *,
+    setting: str = "distractor",
     source: Source = "official",
     limit: int | None = None,
 ) -> tuple[TaskSet, list[dict[str, str]]]:
@@ -82,18 +86,24 @@ def load_hotpotqa(
         split: ``"dev"`` (hotpot_dev_distractor_v1.json) or ``"train"`` (hotpot_train_v1.1.json).
         data_path: the JSON file (plain, .gz or .xz) or a folder holding it; nothing is downloaded then.
         cache_dir: cache root for the download (default :func:`download.cache_dir`).
+        setting: ``"distractor"``, or ``"fullwiki"``: hotpot_dev_fullwiki_v1.json, the same questions with
+            the paragraphs an IR system retrieved from all of Wikipedia as context (looked for in ``data_path``'s
+            folder or the cache, downloaded if missing); training uses the one training file in both settings.
         source: ``"official"`` file, or ``"hf"`` for ``hotpotqa/hotpot_qa`` via the ``datasets`` library.
         limit: keep only the first ``limit`` questions (and their paragraphs).
     """
     split = canonical_split(split)
-    records, path = read_split_records(NAME, split, data_path, cache_dir, source, record_from_hub_row)
+    setting = canonical_setting(NAME, setting) or "distractor"
+    records, path = read_split_records(NAME, split, data_path, cache_dir, source, record_from_hub_row,
+                                       setting=setting, layout=LAYOUT)
     return build_split(
         records,
         name=NAME,
         split=split,
-        task_from_record=lambda record: task_from_record(record, split),
+        task_from_record=lambda record: task_from_record(record, split, setting),
         context_paragraphs=context_paragraphs,
         dedupe_by="title",
         limit=limit,
         origin=str(path or "the Hugging Face Hub"),
+        layout=LAYOUT,
     )

@@ -29,19 +29,21 @@ _PROGRESS_MIN_RECORDS = 20_000
 
 
 def resolve_data_file(
-    name: str, split: str = "dev", data_path: str | Path | None = None, cache_dir: str | Path | None = None
+    name: str, split: str = "dev", data_path: str | Path | None = None, cache_dir: str | Path | None = None,
+    setting: str | None = None,
 ) -> Path:
     """The file to read: ``data_path`` (a file, or a folder holding the official file name) if given,
     else the cached official file, downloaded on first use. With ``data_path`` nothing is downloaded.
+    ``setting`` picks a setting's file (HotpotQA's ``fullwiki``) in the folder or the cache.
 
     Raises:
         DatasetNotAvailable: the given path does not exist, or the file is not cached and cannot be fetched.
     """
     if data_path is None:
-        return fetch(name, split, cache_dir)
+        return fetch(name, split, cache_dir, setting=setting)
     path = Path(data_path).expanduser()
     if path.is_dir():
-        filename = remote_file(name, split).filename
+        filename = remote_file(name, split, setting).filename
         found = find_data_file(path, filename)
         if found is None:
             raise DatasetNotAvailable(f"{path} is a folder without {filename} (or {filename}.gz / .xz)")
@@ -58,6 +60,8 @@ def read_split_records(
     cache_dir: str | Path | None = None,
     source: Source = "official",
     record_from_hub_row: Callable[[Record], Record] | None = None,
+    setting: str | None = None,
+    layout: str = "",
 ) -> tuple[list[Record], Path | None]:
     """Read a split's raw records, and the file they came from (None for Hub rows).
 
@@ -68,9 +72,9 @@ def read_split_records(
         raise ValueError(f"source must be 'official' or 'hf', not {source!r}")
     if source == "hf" and data_path is None:
         convert = record_from_hub_row or dict
-        return [convert(row) for row in fetch_hub_rows(name, split)], None
-    path = resolve_data_file(name, split, data_path, cache_dir)
-    return read_json_records(path), path
+        return [convert(row) for row in fetch_hub_rows(name, split, setting)], None
+    path = resolve_data_file(name, split, data_path, cache_dir, setting)
+    return read_json_records(path, layout), path
 
 
 def build_split(
@@ -83,11 +87,13 @@ def build_split(
     dedupe_by: DedupeKey,
     limit: int | None = None,
     origin: str = "",
+    layout: str = "",
 ) -> tuple[TaskSet, list[dict[str, str]]]:
     """Turn records into (tasks, distractor corpus); the corpus holds only the kept records' contexts.
 
     Raises:
-        DatasetFormatError: a record lacks a field or has the wrong shape; the message names the record.
+        DatasetFormatError: a record lacks a field or has the wrong shape; the message names the record, the
+            file (``origin``) and the expected ``layout``, and stays short whatever the record holds.
     """
     if limit is not None:
         if limit < 0:
@@ -104,15 +110,21 @@ def build_split(
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
             record_id = record.get("_id", record.get("id", "?")) if isinstance(record, dict) else "?"
             where = f" in {origin}" if origin else ""
+            expected = f"; expected {layout}" if layout else ""
             raise DatasetFormatError(
-                f"{name} record {index} (id {record_id!r}){where} does not have the official layout: "
-                f"{type(error).__name__}: {error}"
+                f"{name} record {index} (id {shorten(repr(record_id), 60)}){where} does not have the official "
+                f"layout ({type(error).__name__}: {shorten(str(error), 160)}){expected}"
             ) from error
     try:
         task_set = TaskSet(tasks, name=f"{name}-{split}")
     except ValueError as error:
         raise DatasetFormatError(f"{name} {split}{' in ' + origin if origin else ''}: {error}") from error
     return task_set, build_distractor_corpus(paragraphs, dedupe_by).documents
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, marking the cut (record fields can be megabytes)."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def unique_strings(values: Iterable[Any]) -> tuple[str, ...]:

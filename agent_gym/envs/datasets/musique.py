@@ -20,6 +20,8 @@ from agent_gym.envs.datasets.loading import Record, Source, build_split, read_sp
 from agent_gym.tasks import Hop, Task, TaskSet
 
 NAME = "musique"
+LAYOUT = ('JSON Lines of MuSiQue records {"id", "question", "answer", "answer_aliases", "answerable", "paragraphs": '
+          '[{"idx", "title", "paragraph_text", "is_supporting"}, ...], "question_decomposition": [...]}')
 _HOP_REFERENCE = re.compile(r"#(\d+)")
 
 
@@ -107,7 +109,7 @@ def load_musique(
         limit: keep only the first ``limit`` questions (and their paragraphs).
     """
     split = canonical_split(split)
-    records, path = read_split_records(NAME, split, data_path, cache_dir, source)
+    records, path = read_split_records(NAME, split, data_path, cache_dir, source, layout=LAYOUT)
     return build_split(
         records,
         name=NAME,
@@ -117,4 +119,5 @@ def load_musique(
         dedupe_by="title_text",
         limit=limit,
         origin=str(path or "the Hugging Face Hub"),
+        layout=LAYOUT,
     )

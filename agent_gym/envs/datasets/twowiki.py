@@ -20,6 +20,8 @@ from agent_gym.envs.datasets.loading import Record, build_split, read_split_reco
 from agent_gym.tasks import Hop, Task, TaskSet
 
 NAME = "2wikimultihopqa"
+LAYOUT = ('a JSON array of 2WikiMultihopQA records {"_id", "question", "answer", "type", "supporting_facts": '
+          '[[title, sentence_id], ...], "context": [[title, [sentence, ...]], ...], "evidences", "answer_id"}')
 ALIASES_FILENAME = "id_aliases.json"
 _TRAILING_PARENTHESIS = re.compile(r"\s*\([^()]*\)\s*$")
 
@@ -131,7 +133,7 @@ def load_2wikimultihopqa(
         limit: keep only the first ``limit`` questions (and their paragraphs).
     """
     split = canonical_split(split)
-    records, path = read_split_records(NAME, split, data_path, cache_dir)
+    records, path = read_split_records(NAME, split, data_path, cache_dir, layout=LAYOUT)
     if aliases_path is None and path is not None:
         beside = path.parent / ALIASES_FILENAME
         aliases_path = beside if beside.is_file() else None
@@ -145,4 +147,5 @@ def load_2wikimultihopqa(
         dedupe_by="title",
         limit=limit,
         origin=str(path),
+        layout=LAYOUT,
     )

@@ -6,6 +6,11 @@ result, and offers a fixed menu of actions over them: search candidate *i*, answ
 whole question. Each slot is described by a few features (where the span came from, its type, whether it is a
 retrieved page's title), so a small MLP policy can learn which span to look up and which to answer. The text env
 underneath is unchanged: actions are rendered in its own wire format and its rewards pass through.
+
+It drives one tool: ``search`` if the env has one, else its first tool, which must take a single string
+argument (the span); an env whose tool needs more is refused at construction. ``reset`` passes ``options``
+through, so ``options={"task_index": i}`` (task ``i`` of the env's list, modulo its length) or
+``{"task_id": ...}`` pick the episode's task, as ``benchmarks/sb3_synthhop.py`` does for held-out evaluation.
 """
 
 from __future__ import annotations
@@ -31,13 +36,18 @@ class CandidateActionWrapper(gym.Wrapper):
     """Box observations and Discrete actions over ``num_candidates`` candidate spans.
 
     Actions: ``i < K`` searches candidate ``i``; ``K <= i < 2K`` answers candidate ``i - K``; ``2K`` searches
-    the whole question. Choosing an empty slot is a malformed turn (the env's format penalty applies).
+    the whole question. Choosing an empty slot is a malformed turn (the env's format penalty applies); an action
+    outside ``Discrete(2K + 1)`` raises ``ValueError`` (``TypeError`` if it is not an integer).
     """
 
     def __init__(self, env: gym.Env, num_candidates: int = 8) -> None:
         super().__init__(env)
-        if not isinstance(env.unwrapped, ToolEnv):
-            raise TypeError(f"CandidateActionWrapper wraps a ToolEnv, got {type(env.unwrapped).__name__}")
+        tool_env = env.unwrapped
+        if not isinstance(tool_env, ToolEnv):
+            raise TypeError(f"CandidateActionWrapper wraps a ToolEnv, got {type(tool_env).__name__}")
+        if num_candidates < 1:
+            raise ValueError(f"num_candidates must be at least 1, got {num_candidates}")
+        self._search_tool, self._argument = _driven_tool(tool_env)
         self.num_candidates = num_candidates
         size = num_candidates * _SLOT_FEATURES + 3  # + turn fraction, numeric question, searched-question flag
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(size,), dtype=np.float32)
@@ -53,11 +63,9 @@ class CandidateActionWrapper(gym.Wrapper):
 
     def step(self, action: int):
         tool_env: ToolEnv = self.env.unwrapped
-        action = int(action)
+        action = self._checked(action)
         k = self.num_candidates
-        search_tool = "search" if "search" in tool_env.tools else next(iter(tool_env.tools))
-        schema = tool_env.tools[search_tool].parameters
-        argument = (schema.get("required") or list(schema.get("properties", {})))[0]
+        search_tool, argument = self._search_tool, self._argument
         if action == 2 * k:
             self._searched_question = True
             text = tool_env.tool_format.render_call(ToolCall(search_tool, {argument: self._question}))
@@ -71,6 +79,20 @@ class CandidateActionWrapper(gym.Wrapper):
         if observation:
             self._refresh(observation)
         return self._features(), reward, terminated, truncated, info
+
+    def _checked(self, action: Any) -> int:
+        """The action as an int, or a clear error (a negative int must not index from the end)."""
+        k = self.num_candidates
+        expected = (f"action must be an integer in [0, {2 * k}] (Discrete({2 * k + 1}): 0..{k - 1} search "
+                    f"candidate i, {k}..{2 * k - 1} answer candidate i - {k}, {2 * k} search the question)")
+        value = action.item() if isinstance(action, np.ndarray) and action.size == 1 else action
+        if isinstance(value, np.generic):
+            value = value.item()
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{expected}, got {type(action).__name__} {action!r}")
+        if not 0 <= value <= 2 * k:
+            raise ValueError(f"{expected}, got {value}")
+        return value
 
     def _refresh(self, result_text: str) -> None:
         from_result = candidate_spans(result_text)
@@ -100,3 +122,19 @@ class CandidateActionWrapper(gym.Wrapper):
         features[-2] = float(bool(_NUMERIC_QUESTION.search(self._question)))
         features[-1] = float(self._searched_question)
         return features
+
+
+def _driven_tool(env: ToolEnv) -> tuple[str, str]:
+    """(tool name, its argument): ``search`` if present, else the first tool; it must take one string."""
+    name = "search" if "search" in env.tools else next(iter(env.tools))
+    schema = env.tools[name].parameters
+    properties = schema.get("properties", {})
+    required = list(schema.get("required") or [])
+    argument = (required or list(properties))[0] if properties else None
+    if argument is None or len(required) > 1 or properties.get(argument, {}).get("type", "string") != "string":
+        raise ValueError(
+            f"CandidateActionWrapper drives a tool that takes one string argument (the candidate span); "
+            f"{name!r} takes {', '.join(properties) or 'none'}. Give the env a `search` tool, or wrap an env "
+            "whose first tool takes a single string"
+        )
+    return name, argument
