@@ -13,6 +13,7 @@ its group id and its outcome.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,6 +131,7 @@ class RolloutCollector:
         if isinstance(end_of_text, int) and end_of_text != tokenizer.unk_token_id:
             stop_ids.add(end_of_text)  # Qwen2.5 ends turns with <|im_end|> or <|endoftext|>
         self.stop_token_ids = sorted(i for i in stop_ids if i is not None)
+        self.env_seconds = 0.0  # wall time spent inside the envs (reset, step, tool calls), over all collects
 
     def collect(
         self,
@@ -186,7 +188,9 @@ class RolloutCollector:
         return [trajectory for episode in done for trajectory in self._trajectories(episode)]
 
     def _start(self, env_index: int, spec_index: int, kwargs: dict[str, Any]) -> _Episode:
+        started = time.perf_counter()
         _, info = self.envs[env_index].reset(**kwargs)
+        self.env_seconds += time.perf_counter() - started
         messages = info.get("messages")
         if not messages:
             raise RolloutError(f"env {env_index} returned no info['messages'] from reset (DESIGN §2)")
@@ -218,10 +222,12 @@ class RolloutCollector:
             generation.finish_reason if len(token_ids) == len(generation.token_ids) else "context"
         )
         action = self.tokenizer.decode(token_ids, skip_special_tokens=True)  # for the env only
+        started = time.perf_counter()
         try:
             _, reward, terminated, truncated, info = self.envs[episode.env_index].step(action)
         except Exception as error:  # the contract says envs never raise on actions; say which one did
             raise RolloutError(f"env {episode.env_index} raised on step: {error!r}") from error
+        self.env_seconds += time.perf_counter() - started
         sample.turn_rewards.append(float(reward))
         episode.last_info = info
         if terminated or truncated:
