@@ -27,7 +27,8 @@ from collections.abc import Sequence
 
 import torch
 
-from agent_gym.trainers.backends import Generation, GenerationBackend, TransformersBackend
+from agent_gym.trainers.backends import Generation, GenerationBackend, SamplingParams, TransformersBackend
+from agent_gym.trainers.backends.base import split_stop_strings
 from agent_gym.trainers.model_init import init_model, load_model_and_tokenizer
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
@@ -39,34 +40,24 @@ class PlainGenerateBackend(GenerationBackend):
         self.model, self.tokenizer = model, tokenizer
 
     @torch.inference_mode()
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int = 256,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop_token_ids: Sequence[int] = (),
-        stop_strings: Sequence[str] = (),
-        seed: int | None = None,
-    ) -> list[Generation]:
-        added = self.tokenizer.get_added_vocab()
-        stops = sorted(set(stop_token_ids) | {added[s] for s in stop_strings if s in added})
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        stops = sorted(split_stop_strings(self.tokenizer, params)[0])  # stop strings that are one token
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts])
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        if seed is not None:
-            torch.manual_seed(seed)
-        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
         output = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=params.max_new_tokens,
             eos_token_id=stops or None,
             pad_token_id=pad,
             return_dict_in_generate=True,
             output_scores=True,
-            **(sampling if temperature > 0 else {"do_sample": False}),
+            **(sampling if params.temperature > 0 else {"do_sample": False}),
         )
         new_tokens = output.sequences[:, width:]
         logprobs = torch.log_softmax(torch.stack(output.scores, 1).float(), -1)
@@ -86,7 +77,7 @@ class ScriptedSearchBackend(GenerationBackend):
         self.tokenizer = tokenizer
         self.end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
-    def generate(self, prompts: Sequence[Sequence[int]], *args, **kwargs) -> list[Generation]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         generations = []
         for prompt in prompts:
             prompt = list(prompt)
@@ -117,17 +108,17 @@ def bench_batch(model, tokenizer, args) -> dict[str, float]:
     prompts = _random_prompts(len(tokenizer), args.batch_size, args.prompt_min, args.prompt_max, args.seed)
     ours = TransformersBackend(model, tokenizer, max_batch_size=args.batch_size)
     plain = PlainGenerateBackend(model, tokenizer)
-    kwargs = {
-        "max_new_tokens": args.max_new_tokens,
-        "temperature": args.temperature,
-        "top_p": args.top_p,
-        "stop_token_ids": [tokenizer.eos_token_id],
-    }
+    params = SamplingParams(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        stop_token_ids=[tokenizer.eos_token_id],
+    )
     totals = {"ours_tokens": 0, "ours_s": 0.0, "generate_tokens": 0, "generate_s": 0.0}
     for repeat in range(args.repeats):  # interleaved, so machine load hits both alike
         for name, backend in (("ours", ours), ("generate", plain)):
             seconds, generations = _time(
-                lambda b=backend, r=repeat: b.generate(prompts, seed=args.seed + r, **kwargs)
+                lambda b=backend, r=repeat: b.generate(prompts, dataclasses.replace(params, seed=args.seed + r))
             )
             totals[f"{name}_tokens"] += sum(len(g.token_ids) for g in generations)
             totals[f"{name}_s"] += seconds
