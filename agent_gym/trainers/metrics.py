@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agent_gym.jsonl import iter_jsonl
+
 # --- rollout statistics (training episodes) ---
 REWARD = "charts/reward"  # mean episode return
 EM = "charts/em"  # exact match of the final answer
@@ -148,12 +150,4 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; is {run_dir} an `agent-gym train` output directory?")
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number} is not valid JSON ({error})") from error
-    return records
+    return [record for _, record in iter_jsonl(path.read_text(encoding="utf-8").splitlines(), path)]
