@@ -54,7 +54,7 @@ def _clean_text(text: str) -> str:
 
 @dataclass
 class PendingTurn:
-    """A parsed turn whose tool calls have not run yet (the vector env batches them across environments)."""
+    """A parsed turn whose tool calls have not run yet (`step_turns` batches them across environments)."""
 
     action: str
     parsed: ParsedAction
@@ -184,7 +184,6 @@ class ToolEnv(gym.Env[str, str]):
             raise ResetNeeded("the episode is over (or was never started): call reset() before truncate()")
         components: dict[str, float] = {"format_penalty": 0.0, "process": 0.0, "outcome": 0.0}
         info = self._base_info(context_rewritten=False)
-        info["tool_calls"] = []
         self._end_episode(None, components, info)
         info["reward_components"] = components
         return components["outcome"], info

@@ -344,7 +344,7 @@ class RolloutCollector:
         reward, info = truncate()
         self.env_seconds += time.perf_counter() - started
         samples[-1].turn_rewards[-1] += float(reward)
-        episode.last_info = info
+        episode.last_info = {**episode.last_info, **info}  # the last step's tool calls stay
 
     def _trajectories(self, episode: _Episode) -> list[Trajectory]:
         outcome = sum(reward for sample in episode.samples for reward in sample.turn_rewards)
