@@ -227,12 +227,14 @@ def test_group_size_plays_each_task_that_many_times_under_one_group_id(tiny):
     assert [t.info["task_id"] for t in trajectories] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3
 
 
+@pytest.mark.filterwarnings("ignore:EchoToolEnv has no truncate")
 def test_max_turns_truncates_the_episode(tiny):
     collector, _ = _collector(tiny, [EchoToolEnv(num_turns=5)], max_turns=2)
     [trajectory] = collector.collect(["t0"], seed=0)
     assert trajectory.num_turns == 2 and trajectory.info["truncated_by"] == "max_turns"
 
 
+@pytest.mark.filterwarnings("ignore:EchoToolEnv has no truncate")
 def test_context_budget_bounds_the_whole_sample(tiny):
     collector, _ = _collector(tiny, [EchoToolEnv(num_turns=10)], max_context_tokens=90)
     [trajectory] = collector.collect(["t0"], seed=0)

@@ -251,7 +251,10 @@ class TrainConfig:
     )
     max_turns: int | None = field(
         default=None,
-        metadata=_help("Model turns per episode; none leaves truncation to the env's own max_turns."),
+        metadata=_help(
+            "Model turns per episode; none leaves truncation to the env's own max_turns. An episode cut here "
+            "pays what the env pays when its own max_turns cuts one (through the env's truncate())."
+        ),
     )
     render_tools: bool = field(
         default=False,

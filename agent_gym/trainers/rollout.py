@@ -47,7 +47,7 @@ class RolloutConfig:
     """Sampling settings and the limits of one episode."""
 
     max_new_tokens: int = 256  # per turn
-    max_turns: int | None = None  # model turns per episode; None leaves truncation to the env
+    max_turns: int | None = None  # model turns per episode (a cut pays the env's truncate()); None: the env's
     max_context_tokens: int = 4096  # prompt + response tokens of one step-level sample
     temperature: float = 1.0
     top_p: float = 1.0
