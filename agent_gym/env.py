@@ -26,7 +26,7 @@ from agent_gym.tasks import Task, TaskSet
 from agent_gym.tools import Tool, ToolResult, validate_arguments
 from agent_gym.validation import require_int
 
-__all__ = ["ToolEnv", "DEFAULT_INSTRUCTION"]
+__all__ = ["ToolEnv", "DEFAULT_INSTRUCTION", "step_turns"]
 
 DEFAULT_INSTRUCTION = (
     "Answer the user's question. Think step by step, and use the tools to find the facts you need: do not "
@@ -61,7 +61,7 @@ def _clean_text(text: str) -> str:
 
 @dataclass
 class PendingTurn:
-    """A parsed turn whose tool calls have not run yet (the vector env batches them across environments)."""
+    """A parsed turn whose tool calls have not run yet (`step_turns` batches them across environments)."""
 
     action: str
     parsed: ParsedAction
@@ -233,11 +233,23 @@ class ToolEnv(gym.Env[str, str]):
         return f"{self.instruction}\n\n{self.tool_format.instructions(self.tool_schemas)}"
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        pending = self.begin_turn(action)
-        results = self.run_tool_calls(pending.runnable)
-        return self.finish_turn(pending, results)
+        return step_turns([self], [action])[0]
 
-    # The three phases of a step, public so that the vector env can batch the middle one across environments.
+    def truncate(self) -> tuple[float, dict[str, Any]]:
+        """End the episode now, cut short by a limit outside the env (e.g. a trainer's own turn cap).
+
+        Pays what the env's own ``max_turns`` would pay: the outcome of an episode without an answer (Agent-R1
+        Eq. 6: ``format_score - 1``). Returns ``(reward, info)``, with the end-of-episode info keys.
+        """
+        if self._done:
+            raise ResetNeeded("the episode is over (or was never started): call reset() before truncate()")
+        components: dict[str, float] = {"format_penalty": 0.0, "process": 0.0, "outcome": 0.0}
+        info = self._base_info(context_rewritten=False)
+        self._end_episode(None, components, info)
+        info["reward_components"] = components
+        return components["outcome"], info
+
+    # The phases of a step, public so that `step_turns` can batch the tool calls of many envs into one.
 
     def begin_turn(self, action: Any) -> PendingTurn:
         """Record and parse the agent's turn; decide which tool calls will run."""
@@ -259,7 +271,9 @@ class ToolEnv(gym.Env[str, str]):
         self._turn += 1
         self._messages.append(self.tool_format.assistant_message(recorded))
         pending = PendingTurn(action=recorded, parsed=parsed, problems=problems)
-        for call in parsed.tool_calls:  # missing or ill-typed arguments are format errors, like unknown tools
+        # Missing or ill-typed arguments are format errors, like unknown tools. This is the only check: the
+        # calls that pass run through `Tool.call_validated`.
+        for call in parsed.tool_calls:
             schema = self.tools[call.name].parameters if call.error is None else None
             problem = validate_arguments(schema, call.arguments) if schema is not None else None
             if problem:
@@ -267,18 +281,6 @@ class ToolEnv(gym.Env[str, str]):
         if parsed.answer is None and not problems:
             pending.runnable = [call for call in parsed.tool_calls if call.error is None]
         return pending
-
-    def run_tool_calls(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
-        """Run usable calls, batching calls to the same tool."""
-        results: list[ToolResult | None] = [None] * len(calls)
-        by_tool: dict[str, list[int]] = {}
-        for index, call in enumerate(calls):
-            by_tool.setdefault(call.name, []).append(index)
-        for name, indices in by_tool.items():
-            batch = self.tools[name].call_batch([calls[i].arguments for i in indices])
-            for index, result in zip(indices, batch, strict=True):
-                results[index] = result
-        return [result for result in results if result is not None]
 
     def finish_turn(self, pending: PendingTurn, results: Sequence[ToolResult]) -> tuple[
         str, float, bool, bool, dict[str, Any]
@@ -301,7 +303,7 @@ class ToolEnv(gym.Env[str, str]):
             shown_calls, shown_results = self._pair_results(parsed.tool_calls if not pending.problems else [],
                                                             pending.runnable, results)
             for call, result in zip(shown_calls, shown_results, strict=True):
-                components["process"] += self._pay_process(result)
+                components["process"] += self._pay_process(self.tools.get(call.name), result)
                 call_records.append(_call_record(call, result))
             if shown_calls:
                 appended.extend(self.tool_format.result_messages(shown_calls, shown_results))
@@ -320,16 +322,7 @@ class ToolEnv(gym.Env[str, str]):
             info["ignored_tool_calls"] = len(parsed.tool_calls)
 
         if terminated or truncated:
-            self._done = True
-            scores = self._score(parsed.answer if terminated else None)
-            answered_turns = self._turn + (0 if terminated else 1)
-            format_score = self._well_formed_turns / answered_turns
-            format_ok = terminated and self._well_formed_turns == self._turn
-            components["outcome"] = self.reward_spec.outcome(scores, format_score, format_ok)
-            components["format_score"] = format_score
-            components.update(scores.as_dict())
-            info["answer"] = parsed.answer if terminated else None
-            info["gold_answers"] = list(self.task.answers)
+            self._end_episode(parsed.answer if terminated else None, components, info)
             observation = ""
         else:
             observation = _clip("\n".join(self.tool_format.message_text(m) for m in appended),
@@ -354,10 +347,28 @@ class ToolEnv(gym.Env[str, str]):
             shown_results.append(_with_text(result, _clip(result.text, self.max_tool_output_chars)))
         return list(parsed_calls), shown_results
 
-    def _pay_process(self, result: ToolResult) -> float:
-        """Process reward of one call: the tool's own reward, else newly retrieved gold evidence."""
+    def _end_episode(self, answer: str | None, components: dict[str, float], info: dict[str, Any]) -> None:
+        """Pay the outcome into ``components`` and add the end-of-episode keys to ``info``.
+
+        ``answer`` is None when the episode was cut short: the missing answer then counts as one more malformed
+        turn in the format score.
+        """
         assert self.task is not None
-        titles = [str(title) for title in result.metadata.get("titles", ())]
+        self._done = True
+        scores = self._score(answer)
+        answered_turns = self._turn + (0 if answer is not None else 1)
+        format_score = self._well_formed_turns / answered_turns
+        format_ok = answer is not None and self._well_formed_turns == self._turn
+        components["outcome"] = self.reward_spec.outcome(scores, format_score, format_ok)
+        components["format_score"] = format_score
+        components.update(scores.as_dict())
+        info["answer"] = answer
+        info["gold_answers"] = list(self.task.answers)
+
+    def _pay_process(self, tool: Tool | None, result: ToolResult) -> float:
+        """Process reward of one call: the tool's own reward, else newly shown gold evidence (`Tool.evidence`)."""
+        assert self.task is not None
+        titles = [str(title) for title in tool.evidence(result)] if tool is not None else []
         self._retrieved_titles.update(titles)
         gold = set(self.task.supporting_titles)
         new_gold = (set(titles) & gold) - self._found_titles
@@ -410,8 +421,10 @@ class ToolEnv(gym.Env[str, str]):
 
     def _base_info(self, *, context_rewritten: bool) -> dict[str, Any]:
         assert self.task is not None
+        # A new list, so a caller that edits it cannot change the env's context. The message dicts are shared
+        # (the env never edits one once it is in the context): a deep copy per step is quadratic per episode.
         info: dict[str, Any] = {
-            "messages": copy.deepcopy(self._messages),
+            "messages": list(self._messages),
             "task_id": self.task.id,
             "turn": self._turn,
             "context_rewritten": context_rewritten,
@@ -455,6 +468,34 @@ def _call_record(call: ToolCall, result: ToolResult) -> dict[str, Any]:
     if not result.ok and record["error"] is None:
         record["error"] = result.text.removeprefix("Error: ")
     return record
+
+
+def step_turns(
+    envs: Sequence[ToolEnv], actions: Sequence[Any]
+) -> list[tuple[str, float, bool, bool, dict[str, Any]]]:
+    """Play one turn in each env, with one ``call_validated`` batch per tool object across all of them.
+
+    The one step path: ``ToolEnv.step`` is a batch of one, and ``ToolVectorEnv.step`` and the trainer's rollout
+    collector send whole batches, so envs that share a tool (one retriever) send one search for all their calls.
+    Returns each env's ``(observation, reward, terminated, truncated, info)``, in order.
+    """
+    if len(envs) != len(actions):
+        raise ValueError(f"step_turns got {len(envs)} envs and {len(actions)} actions")
+    turns = [env.begin_turn(action) for env, action in zip(envs, actions, strict=True)]
+    batches: dict[int, tuple[Tool, list[tuple[int, int]]]] = {}  # id(tool) -> (tool, [(env, call) index])
+    for env_index, (env, turn) in enumerate(zip(envs, turns, strict=True)):
+        for call_index, call in enumerate(turn.runnable):
+            tool = env.tools[call.name]
+            batches.setdefault(id(tool), (tool, []))[1].append((env_index, call_index))
+    results: list[list[ToolResult | None]] = [[None] * len(turn.runnable) for turn in turns]
+    for tool, members in batches.values():
+        arguments = [turns[env_index].runnable[call_index].arguments for env_index, call_index in members]
+        for (env_index, call_index), result in zip(members, tool.call_validated(arguments), strict=True):
+            results[env_index][call_index] = result
+    return [
+        env.finish_turn(turn, [result for result in env_results if result is not None])
+        for env, turn, env_results in zip(envs, turns, results, strict=True)
+    ]
 
 
 def _with_text(result: ToolResult, text: str) -> ToolResult:

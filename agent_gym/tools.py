@@ -108,13 +108,29 @@ class Tool:
             problem = validate_arguments(self.parameters, arguments)
             if problem is None:
                 valid_indices.append(index)
-                valid_arguments.append(_with_defaults(self.parameters, arguments))
+                valid_arguments.append(arguments)
             else:
                 results[index] = ToolResult.error(f"invalid arguments for {self.name}: {problem}")
-        if valid_arguments:
-            for index, result in zip(valid_indices, self._execute(valid_arguments), strict=True):
-                results[index] = result
+        for index, result in zip(valid_indices, self.call_validated(valid_arguments), strict=True):
+            results[index] = result
         return [result for result in results if result is not None]
+
+    def call_validated(self, calls: Sequence[dict[str, Any]]) -> list[ToolResult]:
+        """Execute calls whose arguments already passed :func:`validate_arguments`, as one batch. Never raises.
+
+        :class:`~agent_gym.env.ToolEnv` validates each call when it parses a turn, so it runs them through here.
+        """
+        if not calls:
+            return []
+        return self._execute([_with_defaults(self.parameters, arguments) for arguments in calls])
+
+    def evidence(self, result: ToolResult) -> Sequence[str]:
+        """Titles of the evidence a result shows the agent (e.g. the pages a search returned); none by default.
+
+        The env matches them against the task's ``supporting_titles``: for the ``dense`` process reward and for
+        ``info["evidence_recall"]``. A tool that retrieves documents overrides this.
+        """
+        return ()
 
     def _execute(self, calls: list[dict[str, Any]]) -> list[ToolResult]:
         if self.timeout_s is not None and len(calls) > 1 and type(self).run_batch is Tool.run_batch:

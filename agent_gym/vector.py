@@ -1,7 +1,8 @@
 """A native batched vector env for tool environments (DESIGN §2, "Vectorised use").
 
 All N environments share their tool objects (one retriever in memory), and each step sends the tool calls
-of every environment that calls the same tool as one batch: N searches become one ``Retriever.search`` call.
+of every environment that calls the same tool as one batch (``agent_gym.env.step_turns``): N searches become
+one ``Retriever.search`` call.
 Autoreset follows Gymnasium 1.x ``NEXT_STEP`` semantics: the step after an episode ends resets that env and
 ignores its action.
 """
@@ -15,9 +16,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from agent_gym.env import PendingTurn, ToolEnv
-from agent_gym.formats import ToolCall
-from agent_gym.tools import Tool, ToolResult
+from agent_gym.env import ToolEnv, step_turns
 
 __all__ = ["ToolVectorEnv"]
 
@@ -45,7 +44,6 @@ class ToolVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)
-        self.batched_tool_calls = 0  # how many call_batch() invocations served the envs (for benchmarks)
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -71,39 +69,17 @@ class ToolVectorEnv(VectorEnv):
         terminations = np.zeros(self.num_envs, dtype=bool)
         truncations = np.zeros(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {}
-        pending: dict[int, PendingTurn] = {}
-        for index, env in enumerate(self.envs):
-            if self._needs_reset[index]:
-                observations[index], info = env.reset()
-                infos = self._add_info(infos, info, index)
-            else:
-                pending[index] = env.begin_turn(actions[index])
-        results = self._run_batched(pending)
-        for index, turn in pending.items():
-            observation, reward, terminated, truncated, info = self.envs[index].finish_turn(turn, results[index])
+        stepping = [index for index in range(self.num_envs) if not self._needs_reset[index]]
+        for index in np.flatnonzero(self._needs_reset):
+            observations[index], info = self.envs[index].reset()
+            infos = self._add_info(infos, info, int(index))
+        outcomes = step_turns([self.envs[index] for index in stepping], [actions[index] for index in stepping])
+        for index, (observation, reward, terminated, truncated, info) in zip(stepping, outcomes, strict=True):
             observations[index] = observation
             rewards[index], terminations[index], truncations[index] = reward, terminated, truncated
             infos = self._add_info(infos, info, index)
         self._needs_reset = terminations | truncations
         return tuple(observations), rewards, terminations, truncations, infos
-
-    def _run_batched(self, pending: dict[int, PendingTurn]) -> dict[int, list[ToolResult]]:
-        """Group every runnable call by tool object, run one ``call_batch`` per tool, hand results back."""
-        groups: dict[int, tuple[Tool, list[tuple[int, int, ToolCall]]]] = {}
-        for env_index, turn in pending.items():
-            tools = self.envs[env_index].tools
-            for call_index, call in enumerate(turn.runnable):
-                tool = tools[call.name]
-                groups.setdefault(id(tool), (tool, []))[1].append((env_index, call_index, call))
-        results: dict[int, list[ToolResult | None]] = {
-            index: [None] * len(turn.runnable) for index, turn in pending.items()
-        }
-        for tool, members in groups.values():
-            batch = tool.call_batch([call.arguments for _, _, call in members])
-            self.batched_tool_calls += 1
-            for (env_index, call_index, _), result in zip(members, batch, strict=True):
-                results[env_index][call_index] = result
-        return {index: [r for r in items if r is not None] for index, items in results.items()}
 
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         if seed is None:

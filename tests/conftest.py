@@ -64,6 +64,9 @@ class FactLookup(Tool):
         self.batches.append(len(calls))
         return [self.run(**arguments) for arguments in calls]
 
+    def evidence(self, result: ToolResult) -> list[str]:
+        return list(result.metadata.get("titles", ()))
+
 
 @pytest.fixture
 def make_fact_env() -> Callable[..., ToolEnv]:

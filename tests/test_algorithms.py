@@ -61,7 +61,7 @@ def test_dr_grpo_subtracts_group_mean_without_std():
 
 
 def test_advantage_mask_off_gives_env_tokens_the_advantage():
-    mask = advantage_token_mask(ACTION, RESPONSE, advantage_mask=False)
+    mask = advantage_token_mask(ACTION, RESPONSE, use_advantage_mask=False)
     advantages = grpo_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), mask.expand(2, -1))
     assert torch.allclose(advantages[0, ENV_POSITIONS], advantages[0, 2].expand(2))
     assert advantages[0, 2] != 0

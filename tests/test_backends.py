@@ -41,7 +41,8 @@ def test_sampled_logprobs_equal_a_forward_pass_at_temperature_one(tiny, fast_pat
     backend = TransformersBackend(model, tokenizer, fast_path=fast_path)
     assert backend.uses_fast_path == fast_path
     prompts = _prompts(tokenizer)
-    for prompt, generation in zip(prompts, backend.generate(prompts, max_new_tokens=24, seed=1), strict=True):
+    generations = backend.generate(prompts, SamplingParams(max_new_tokens=24, seed=1))
+    for prompt, generation in zip(prompts, generations, strict=True):
         expected = _forward_logprobs(model, prompt, generation.token_ids)
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
 
@@ -50,7 +51,7 @@ def test_logprobs_are_those_of_the_temperature_scaled_distribution(tiny):
     model, tokenizer = tiny
     prompts = _prompts(tokenizer, count=3)
     generations = TransformersBackend(model, tokenizer).generate(
-        prompts, max_new_tokens=10, temperature=0.7, seed=2
+        prompts, SamplingParams(max_new_tokens=10, temperature=0.7, seed=2)
     )
     for prompt, generation in zip(prompts, generations, strict=True):
         expected = _forward_logprobs(model, prompt, generation.token_ids, temperature=0.7)
@@ -60,8 +61,9 @@ def test_logprobs_are_those_of_the_temperature_scaled_distribution(tiny):
 def test_fast_path_and_model_forward_sample_the_same_tokens_with_the_same_seed(tiny):
     model, tokenizer = tiny
     prompts = _prompts(tokenizer, count=4)
-    fast = TransformersBackend(model, tokenizer, fast_path=True).generate(prompts, max_new_tokens=16, seed=5)
-    slow = TransformersBackend(model, tokenizer, fast_path=False).generate(prompts, max_new_tokens=16, seed=5)
+    params = SamplingParams(max_new_tokens=16, seed=5)
+    fast = TransformersBackend(model, tokenizer, fast_path=True).generate(prompts, params)
+    slow = TransformersBackend(model, tokenizer, fast_path=False).generate(prompts, params)
     assert [g.token_ids for g in fast] == [g.token_ids for g in slow]
 
 
@@ -69,8 +71,10 @@ def test_greedy_continuation_does_not_depend_on_the_other_prompts_in_the_batch(t
     model, tokenizer = tiny
     backend = TransformersBackend(model, tokenizer)
     prompts = _prompts(tokenizer, count=6)
-    batched = backend.generate(prompts, max_new_tokens=12, temperature=0.0)
-    alone = [backend.generate([prompt], max_new_tokens=12, temperature=0.0)[0] for prompt in prompts]
+    batched = backend.generate(prompts, SamplingParams(max_new_tokens=12, temperature=0.0))
+    alone = [
+        backend.generate([prompt], SamplingParams(max_new_tokens=12, temperature=0.0))[0] for prompt in prompts
+    ]
     assert [g.token_ids for g in batched] == [g.token_ids for g in alone]
 
 
@@ -79,7 +83,7 @@ def test_greedy_picks_the_argmax_token(tiny):
     prompt = _prompts(tokenizer, count=1)[0]
     token = (
         TransformersBackend(model, tokenizer)
-        .generate([prompt], max_new_tokens=1, temperature=0.0)[0]
+        .generate([prompt], SamplingParams(max_new_tokens=1, temperature=0.0))[0]
         .token_ids
     )
     with torch.no_grad():
@@ -90,8 +94,8 @@ def test_tiny_top_p_keeps_only_the_most_likely_token(tiny):
     model, tokenizer = tiny
     prompts = _prompts(tokenizer, count=3)
     backend = TransformersBackend(model, tokenizer)
-    nucleus = backend.generate(prompts, max_new_tokens=8, temperature=1.0, top_p=1e-6, seed=3)
-    greedy = backend.generate(prompts, max_new_tokens=8, temperature=0.0)
+    nucleus = backend.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1e-6, seed=3))
+    greedy = backend.generate(prompts, SamplingParams(max_new_tokens=8, temperature=0.0))
     assert [g.token_ids for g in nucleus] == [g.token_ids for g in greedy]
 
 
@@ -99,9 +103,9 @@ def test_same_seed_gives_the_same_samples(tiny):
     model, tokenizer = tiny
     prompts = _prompts(tokenizer, count=3)
     backend = TransformersBackend(model, tokenizer)
-    first = backend.generate(prompts, max_new_tokens=10, seed=11)
+    first = backend.generate(prompts, SamplingParams(max_new_tokens=10, seed=11))
     assert [g.token_ids for g in first] == [
-        g.token_ids for g in backend.generate(prompts, max_new_tokens=10, seed=11)
+        g.token_ids for g in backend.generate(prompts, SamplingParams(max_new_tokens=10, seed=11))
     ]
 
 
@@ -109,7 +113,7 @@ def test_generation_stops_at_the_first_stop_token_and_includes_it(tiny):
     model, tokenizer = tiny
     stop_ids = list(range(10, len(tokenizer), 3))  # a third of the vocabulary: every row stops early
     generations = TransformersBackend(model, tokenizer).generate(
-        _prompts(tokenizer, count=8), max_new_tokens=64, stop_token_ids=stop_ids, seed=0
+        _prompts(tokenizer, count=8), SamplingParams(max_new_tokens=64, stop_token_ids=stop_ids, seed=0)
     )
     for generation in generations:
         assert generation.finish_reason == "stop"
@@ -121,7 +125,7 @@ def test_generation_stops_at_the_first_stop_token_and_includes_it(tiny):
 def test_rows_without_a_stop_run_to_max_new_tokens_with_finish_reason_length(tiny):
     model, tokenizer = tiny
     generations = TransformersBackend(model, tokenizer).generate(
-        _prompts(tokenizer, count=3), max_new_tokens=7, seed=0
+        _prompts(tokenizer, count=3), SamplingParams(max_new_tokens=7, seed=0)
     )
     assert all(g.finish_reason == "length" and len(g.token_ids) == 7 for g in generations)
 
@@ -138,7 +142,7 @@ def test_text_stop_string_stops_at_its_first_occurrence(tiny):
     model, tokenizer = tiny
     stop = "e"  # inside many merged tokens, so it must be matched on text
     generations = TransformersBackend(model, tokenizer).generate(
-        _prompts(tokenizer, count=6), max_new_tokens=64, stop_strings=[stop], seed=0
+        _prompts(tokenizer, count=6), SamplingParams(max_new_tokens=64, stop_strings=[stop], seed=0)
     )
     for generation in generations:
         assert generation.finish_reason == "stop"
@@ -150,28 +154,30 @@ def test_more_prompts_than_max_batch_size_keep_their_order(tiny):
     model, tokenizer = tiny
     prompts = _prompts(tokenizer, count=7)
     small_batches = TransformersBackend(model, tokenizer, max_batch_size=2).generate(
-        prompts, max_new_tokens=6, temperature=0.0
+        prompts, SamplingParams(max_new_tokens=6, temperature=0.0)
     )
-    one_batch = TransformersBackend(model, tokenizer).generate(prompts, max_new_tokens=6, temperature=0.0)
+    one_batch = TransformersBackend(model, tokenizer).generate(
+        prompts, SamplingParams(max_new_tokens=6, temperature=0.0)
+    )
     assert [g.token_ids for g in small_batches] == [g.token_ids for g in one_batch]
 
 
 def test_empty_prompt_is_a_clear_error(tiny):
     model, tokenizer = tiny
     with pytest.raises(GenerationError, match="prompt 1 is empty"):
-        TransformersBackend(model, tokenizer).generate([[5], []], max_new_tokens=2)
+        TransformersBackend(model, tokenizer).generate([[5], []], SamplingParams(max_new_tokens=2))
 
 
 def test_out_of_vocabulary_id_is_a_clear_error(tiny):
     model, tokenizer = tiny
     with pytest.raises(GenerationError, match="outside"):
-        TransformersBackend(model, tokenizer).generate([[len(tokenizer) + 100]], max_new_tokens=2)
+        TransformersBackend(model, tokenizer).generate([[len(tokenizer) + 100]], SamplingParams(max_new_tokens=2))
 
 
 def test_bad_sampling_settings_are_clear_errors(tiny):
     model, tokenizer = tiny
     with pytest.raises(ValueError, match="top_p"):
-        TransformersBackend(model, tokenizer).generate([[5]], max_new_tokens=2, top_p=0.0)
+        TransformersBackend(model, tokenizer).generate([[5]], SamplingParams(max_new_tokens=2, top_p=0.0))
 
 
 def test_make_backend_rejects_unknown_names(tiny):
@@ -192,11 +198,11 @@ def test_next_turn_reuses_the_cached_prefix_and_still_matches_a_forward_pass(tin
     model, tokenizer = tiny
     backend = TransformersBackend(model, tokenizer)
     prompts = _prompts(tokenizer, count=4)
-    first = backend.generate(prompts, max_new_tokens=10, seed=0)
+    first = backend.generate(prompts, SamplingParams(max_new_tokens=10, seed=0))
     assert len(backend.prefix_cache.entries) == 4
     env_tokens = [[17, 18, 19], [20], [21, 22], [23, 24, 25, 26, 27]]
     follow_ups = [p + g.token_ids + e for p, g, e in zip(prompts, first, env_tokens, strict=True)]
-    second = backend.generate(follow_ups, max_new_tokens=10, seed=1)
+    second = backend.generate(follow_ups, SamplingParams(max_new_tokens=10, seed=1))
     assert len(backend.prefix_cache.entries) == 4  # the 4 used entries were replaced by the 4 new ones
     for prompt, generation in zip(follow_ups, second, strict=True):
         expected = _forward_logprobs(model, prompt, generation.token_ids)
@@ -208,11 +214,11 @@ def test_prefix_cache_is_dropped_when_the_weights_change(tiny):
     model = build_model("tiny", tokenizer, seed=4).eval()
     backend = TransformersBackend(model, tokenizer)
     prompts = _prompts(tokenizer, count=2)
-    first = backend.generate(prompts, max_new_tokens=6, seed=0)
+    first = backend.generate(prompts, SamplingParams(max_new_tokens=6, seed=0))
     with torch.no_grad():
         model.model.layers[0].mlp.up_proj.weight.mul_(3.0)  # an in-place update, as an optimizer step does
     follow_ups = [p + g.token_ids + [30] for p, g in zip(prompts, first, strict=True)]
-    second = backend.generate(follow_ups, max_new_tokens=6, seed=1)
+    second = backend.generate(follow_ups, SamplingParams(max_new_tokens=6, seed=1))
     for prompt, generation in zip(follow_ups, second, strict=True):
         expected = _forward_logprobs(model, prompt, generation.token_ids)
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
@@ -223,7 +229,7 @@ def test_large_batch_of_very_different_prompt_lengths_matches_a_forward_pass(tin
     rng = random.Random(7)
     # 40 rows from 2 to 300 tokens: several prefill and decode-attention groups, each skipping its padding.
     prompts = [[rng.randrange(10, 500) for _ in range(length)] for length in range(2, 302, 7)]
-    generations = TransformersBackend(model, tokenizer).generate(prompts, max_new_tokens=5, seed=3)
+    generations = TransformersBackend(model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=5, seed=3))
     for prompt, generation in zip(prompts, generations, strict=True):
         expected = _forward_logprobs(model, prompt, generation.token_ids)
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import string
 from typing import Any
@@ -9,10 +10,13 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
+from conftest import FACT_TASKS, FactLookup
 
+from agent_gym import register_tool_env
+from agent_gym.env import ToolEnv
 from agent_gym.spaces import UnicodeText
 from agent_gym.trainers.backends import Generation, GenerationBackend, TransformersBackend
-from agent_gym.trainers.chat_template import render_delta, render_prompt
+from agent_gym.trainers.chat_template import encode_text, render_delta, render_prompt
 from agent_gym.trainers.model_init import build_model, train_tokenizer
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig, RolloutError, evaluate
 from agent_gym.trainers.sft import SFTConfig, tokenize_episode, train_sft
@@ -91,8 +95,8 @@ class RecordingBackend(GenerationBackend):
         self.inner = inner
         self.calls: list[tuple[list[list[int]], list[Generation]]] = []
 
-    def generate(self, prompts, **kwargs) -> list[Generation]:
-        generations = self.inner.generate(prompts, **kwargs)
+    def generate(self, prompts, params) -> list[Generation]:
+        generations = self.inner.generate(prompts, params)
         self.calls.append(([list(p) for p in prompts], generations))
         return generations
 
@@ -223,12 +227,14 @@ def test_group_size_plays_each_task_that_many_times_under_one_group_id(tiny):
     assert [t.info["task_id"] for t in trajectories] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3
 
 
+@pytest.mark.filterwarnings("ignore:EchoToolEnv has no truncate")
 def test_max_turns_truncates_the_episode(tiny):
     collector, _ = _collector(tiny, [EchoToolEnv(num_turns=5)], max_turns=2)
     [trajectory] = collector.collect(["t0"], seed=0)
     assert trajectory.num_turns == 2 and trajectory.info["truncated_by"] == "max_turns"
 
 
+@pytest.mark.filterwarnings("ignore:EchoToolEnv has no truncate")
 def test_context_budget_bounds_the_whole_sample(tiny):
     collector, _ = _collector(tiny, [EchoToolEnv(num_turns=10)], max_context_tokens=90)
     [trajectory] = collector.collect(["t0"], seed=0)
@@ -273,14 +279,14 @@ def test_trajectories_collate_into_aligned_training_tensors(tiny):
     for row, trajectory in enumerate(trajectories):
         start = len(trajectory.prompt_ids)
         end = start + len(trajectory.response_ids)
-        assert batch["input_ids"][row, start:end].tolist() == trajectory.response_ids
-        assert batch["loss_mask"][row, start:end].tolist() == trajectory.loss_mask
+        assert batch.input_ids[row, start:end].tolist() == trajectory.response_ids
+        assert batch.model_token_mask[row, start:end].tolist() == trajectory.loss_mask
     # The stored sampling log-probs are what the policy's forward pass gives for the same tokens.
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    logprobs = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
-    mask = batch["loss_mask"][:, 1:].bool()
-    assert torch.allclose(logprobs[mask], batch["old_logprobs"][:, 1:][mask], atol=1e-4)
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logprobs = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    mask = batch.model_token_mask[:, 1:].bool()
+    assert torch.allclose(logprobs[mask], batch.sampling_logprobs[:, 1:][mask], atol=1e-4)
 
 
 def test_evaluate_reports_greedy_reward_and_em(tiny):
@@ -397,3 +403,85 @@ def test_sft_skips_examples_cut_before_their_first_assistant_token(tiny):
     with pytest.warns(UserWarning, match="1 SFT examples have no assistant token"):
         losses = train_sft(model, tokenizer, examples, SFTConfig(epochs=1, batch_size=2, max_length=40))
     assert all(loss == loss for loss in losses)  # no NaN
+
+
+# ---------------------------------------------------------------------------------------------- ToolEnv turns
+
+
+class ScriptedBackend(GenerationBackend):
+    """Every prompt of the r-th `generate` call gets `turns[r]` (the last one repeats), ended by <|im_end|>."""
+
+    def __init__(self, tokenizer, turns: list[str]) -> None:
+        self.tokenizer, self.turns, self.calls = tokenizer, turns, 0
+
+    def generate(self, prompts, params) -> list[Generation]:
+        text = self.turns[min(self.calls, len(self.turns) - 1)]
+        self.calls += 1
+        ids = encode_text(self.tokenizer, text) + [self.tokenizer.eos_token_id]
+        return [Generation(list(ids), [0.0] * len(ids), "stop") for _ in prompts]
+
+
+def _lookup(title: str) -> str:
+    return f"<tool_call>{json.dumps({'name': 'lookup', 'arguments': {'title': title}})}</tool_call>"
+
+
+def _scripted(tiny, envs, turns, **config) -> RolloutCollector:
+    _, tokenizer = tiny
+    config = {"max_context_tokens": 100_000, "show_progress": False, **config}
+    return RolloutCollector(envs, ScriptedBackend(tokenizer, turns), tokenizer, RolloutConfig(**config))
+
+
+def test_tool_envs_step_as_one_turn_batch(tiny):
+    shared = FactLookup()
+    envs = [ToolEnv(list(FACT_TASKS), [shared], max_turns=2) for _ in range(3)]
+    _scripted(tiny, envs, [_lookup("France")]).collect(["capital-france"] * 3)
+    assert shared.batches == [3, 3]
+
+
+def test_native_vector_env_sub_envs_step_as_one_turn_batch(tiny):
+    shared = FactLookup()
+    register_tool_env("TestRolloutFacts-v0", tools=[shared], tasks=list(FACT_TASKS), max_turns=2)
+    try:
+        vector_env = gym.make_vec("TestRolloutFacts-v0", num_envs=2)
+        _scripted(tiny, vector_env, [_lookup("Japan")]).collect(["capital-japan"] * 2)
+    finally:
+        gym.registry.pop("TestRolloutFacts-v0", None)
+    assert shared.batches == [2, 2]
+
+
+def test_episode_cut_at_max_turns_pays_what_the_envs_own_limit_pays(tiny):
+    turns = [_lookup("France"), "no call"]
+    [cut] = _scripted(tiny, [ToolEnv(list(FACT_TASKS), [FactLookup()], max_turns=8)], turns, max_turns=2).collect(
+        ["capital-france"]
+    )
+    [own] = _scripted(tiny, [ToolEnv(list(FACT_TASKS), [FactLookup()], max_turns=2)], turns).collect(
+        ["capital-france"]
+    )
+    assert (cut.info["truncated_by"], own.info["truncated_by"]) == ("max_turns", "env")
+    assert cut.turn_rewards == pytest.approx(own.turn_rewards)
+    assert cut.outcome == pytest.approx(1 / 3 - 1.0)  # Agent-R1 Eq. 6: 1 well-formed turn of 3, minus 1
+    assert cut.info["em"] == own.info["em"] == 0.0
+
+
+def test_tool_call_validity_is_the_share_of_calls_that_ran(tiny):
+    bad_call = f"<tool_call>{json.dumps({'name': 'lookup', 'arguments': {}})}</tool_call>"
+    env = ToolEnv(list(FACT_TASKS), [FactLookup()], max_turns=1)
+    [trajectory] = _scripted(tiny, [env], [_lookup("France") + bad_call]).collect(["capital-france"])
+    assert trajectory.info["tool_call_validity"] == 0.5
+
+
+def test_a_tool_env_under_another_wrapper_steps_through_the_wrapper(tiny):
+    class Bonus(gym.RewardWrapper):
+        def reward(self, reward):
+            return reward + 10.0
+
+    env = Bonus(ToolEnv(list(FACT_TASKS), [FactLookup()], max_turns=2))
+    [trajectory] = _scripted(tiny, [env], [_lookup("France")]).collect(["capital-france"])
+    assert all(reward >= 9.0 for reward in trajectory.turn_rewards)
+
+
+def test_cutting_an_episode_of_an_env_without_truncate_warns_once(tiny):
+    collector, _ = _collector(tiny, [EchoToolEnv(num_turns=5)], max_turns=1, max_new_tokens=4)
+    with pytest.warns(UserWarning, match="no truncate") as warned:
+        collector.collect(["a", "b"], seed=0)
+    assert len(warned) == 1

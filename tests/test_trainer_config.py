@@ -54,7 +54,7 @@ def test_flags_parse_to_typed_fields():
         ]
     )
     assert config.algo == "ppo" and config.group_size == 3 and config.lr == 1e-4
-    assert config.loss_mask is False and config.advantage_mask is True
+    assert config.use_loss_mask is False and config.use_advantage_mask is True
     assert config.env_kwargs == {"split": "train", "max_turns": 3}
     assert config.dual_clip is None
     assert config.lora_target_modules == ["q_proj", "v_proj"]
@@ -92,7 +92,7 @@ def test_missing_yaml_file_is_a_clear_error(tmp_path):
         ({"dual_clip": 0.5}, "dual_clip"),
         ({"top_p": 0.0}, "top_p"),
         ({"lr": "fast"}, "lr"),
-        ({"loss_mask": "maybe"}, "loss_mask"),
+        ({"use_loss_mask": "maybe"}, "use_loss_mask"),
         ({"algo": "grpo", "group_size": 1}, "group_size"),
     ],
 )
@@ -107,3 +107,20 @@ def test_yaml_roundtrip_of_to_dict(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config.to_dict()))
     assert load_config(path) == config
+
+
+@pytest.mark.parametrize(("old", "new"), [("loss_mask", "use_loss_mask"), ("advantage_mask", "use_advantage_mask")])
+def test_old_mask_field_names_still_load_from_yaml(tmp_path, old, new):
+    path = tmp_path / "run.yaml"
+    path.write_text(f"{old}: false\n")
+    assert getattr(load_config(path), new) is False
+
+
+def test_old_and_new_name_of_a_field_together_is_an_error_naming_both():
+    with pytest.raises(ConfigError, match="loss_mask and use_loss_mask"):
+        config_from_dict({"loss_mask": False, "use_loss_mask": True})
+
+
+def test_old_mask_flags_are_aliases_of_the_new_ones():
+    config = _parse(["--no-advantage-mask", "--loss-mask"])
+    assert config.use_advantage_mask is False and config.use_loss_mask is True

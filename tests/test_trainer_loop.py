@@ -376,18 +376,18 @@ def _collected_batch(trainer):
     from agent_gym.trainers.trajectory import collate
 
     trajectories = trainer.collector.collect(trainer.sampler.draw(2), 2, seed=0)
-    return collate(trajectories, trainer.pad_id), trajectories
+    return collate(trajectories, trainer.pad_id)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("advantage_mask", [True, False])
 def test_advantage_mask_decides_if_env_tokens_get_advantages(tiny_model_dir, tmp_path, advantage_mask):
-    trainer = _trainer(_config(tiny_model_dir, tmp_path, advantage_mask=advantage_mask, kl_coef=0.0))
-    batch, trajectories = _collected_batch(trainer)
-    trainer.compute_advantages(batch, trajectories)
-    env_tokens = (batch["response_mask"] - batch["loss_mask"]).bool()
+    trainer = _trainer(_config(tiny_model_dir, tmp_path, use_advantage_mask=advantage_mask, kl_coef=0.0))
+    batch = _collected_batch(trainer)
+    targets = trainer.compute_advantages(batch, trainer.score(batch))
+    env_tokens = (batch.response_mask - batch.model_token_mask).bool()
     assert env_tokens.any()
-    env_advantage = batch["advantages"][env_tokens].abs().sum()
+    env_advantage = targets.advantages[env_tokens].abs().sum()
     assert (env_advantage > 0) == (not advantage_mask)
 
 
@@ -408,14 +408,25 @@ def test_loss_mask_switch_changes_the_update(tiny_model_dir, tmp_path):
             tmp_path / str(loss_mask),
             total_steps=1,
             eval_every=0,
-            loss_mask=loss_mask,
-            advantage_mask=False,
+            use_loss_mask=loss_mask,
+            use_advantage_mask=False,
             max_grad_norm=1e9,
         )
         trainer = _trainer(config)
         trainer.train()
         grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters()]))
     assert not torch.allclose(grads[0], grads[1])
+
+
+@pytest.mark.slow
+def test_entropy_is_reported_over_model_tokens_whatever_the_loss_mask(tiny_model_dir, tmp_path):
+    # Same seed, same first batch: only the loss mask differs, and the batch has env tokens (see above).
+    entropies = []
+    for use_loss_mask in (True, False):
+        run_dir = tmp_path / str(use_loss_mask)
+        _trainer(_config(tiny_model_dir, run_dir, total_steps=1, eval_every=0, use_loss_mask=use_loss_mask)).train()
+        entropies.append(read_metrics(run_dir)[0][m.ENTROPY])
+    assert entropies[0] == pytest.approx(entropies[1], rel=1e-5)
 
 
 @pytest.mark.slow

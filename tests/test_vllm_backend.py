@@ -11,6 +11,7 @@ import string
 import pytest
 import torch
 
+from agent_gym.trainers.backends import SamplingParams
 from agent_gym.trainers.backends.vllm_backend import vllm_available
 from agent_gym.trainers.model_init import init_model, load_model_and_tokenizer
 
@@ -55,7 +56,8 @@ def _forward_logprobs(model, prompt, generated):
 
 def test_vllm_logprobs_match_a_transformers_forward_pass(engine):
     backend, model, _ = engine
-    for prompt, generation in zip(PROMPTS, backend.generate(PROMPTS, max_new_tokens=16, seed=0), strict=True):
+    generations = backend.generate(PROMPTS, SamplingParams(max_new_tokens=16, seed=0))
+    for prompt, generation in zip(PROMPTS, generations, strict=True):
         assert len(generation.token_ids) == len(generation.logprobs) == 16
         expected = _forward_logprobs(model, prompt, generation.token_ids)
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-5)
@@ -65,27 +67,28 @@ def test_vllm_greedy_matches_transformers_greedy(engine):
     from agent_gym.trainers.backends import TransformersBackend
 
     backend, model, tokenizer = engine
-    ours = TransformersBackend(model, tokenizer).generate(PROMPTS, max_new_tokens=12, temperature=0.0)
-    theirs = backend.generate(PROMPTS, max_new_tokens=12, temperature=0.0)
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    ours = TransformersBackend(model, tokenizer).generate(PROMPTS, greedy)
+    theirs = backend.generate(PROMPTS, greedy)
     assert [g.token_ids for g in theirs] == [g.token_ids for g in ours]
 
 
 def test_equal_prompts_with_one_seed_still_get_different_samples(engine):
     backend, _, _ = engine
-    group = backend.generate([PROMPTS[0]] * 4, max_new_tokens=12, seed=3)
+    group = backend.generate([PROMPTS[0]] * 4, SamplingParams(max_new_tokens=12, seed=3))
     assert len({tuple(g.token_ids) for g in group}) > 1
 
 
 def test_stop_token_ends_generation_and_is_kept(engine):
     backend, _, tokenizer = engine
     stop_ids = list(range(10, len(tokenizer), 3))
-    for generation in backend.generate(PROMPTS, max_new_tokens=64, stop_token_ids=stop_ids, seed=1):
+    for generation in backend.generate(PROMPTS, SamplingParams(max_new_tokens=64, stop_token_ids=stop_ids, seed=1)):
         assert generation.finish_reason == "stop" and generation.token_ids[-1] in stop_ids
 
 
 def test_sync_weights_makes_the_engine_sample_from_the_updated_model(engine):
     backend, model, _ = engine
-    before = backend.generate(PROMPTS, max_new_tokens=8, temperature=0.0)
+    before = backend.generate(PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0))
     updated = type(model)(model.config)
     updated.load_state_dict(model.state_dict())
     with torch.no_grad():
@@ -93,7 +96,7 @@ def test_sync_weights_makes_the_engine_sample_from_the_updated_model(engine):
         for parameter in updated.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.5)
     backend.sync_weights(updated.eval())
-    after = backend.generate(PROMPTS, max_new_tokens=8, temperature=0.0)
+    after = backend.generate(PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0))
     assert [g.token_ids for g in after] != [g.token_ids for g in before]
     for prompt, generation in zip(PROMPTS, after, strict=True):
         expected = _forward_logprobs(updated, prompt, generation.token_ids)
@@ -130,10 +133,10 @@ def test_collector_with_vllm_keeps_logprobs_that_match_the_policy(engine):
     assert len(trajectories) == 3 and all(t.num_turns == 2 for t in trajectories)
     batch = collate(trajectories, tokenizer.pad_token_id)
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    logprobs = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
-    mask = batch["loss_mask"][:, 1:].bool()
-    assert torch.allclose(logprobs[mask], batch["old_logprobs"][:, 1:][mask], atol=1e-5)
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logprobs = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    mask = batch.model_token_mask[:, 1:].bool()
+    assert torch.allclose(logprobs[mask], batch.sampling_logprobs[:, 1:][mask], atol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +222,7 @@ def test_openai_backend_returns_exact_token_ids_and_logprobs(server):
 
     url, name, model, _ = server
     with OpenAIBackend(url, name) as backend:
-        generations = backend.generate(PROMPTS, max_new_tokens=8, seed=0)
+        generations = backend.generate(PROMPTS, SamplingParams(max_new_tokens=8, seed=0))
     for prompt, generation in zip(PROMPTS, generations, strict=True):
         expected = _forward_logprobs(model, prompt, generation.token_ids)
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-5)
@@ -235,6 +238,6 @@ def test_openai_backend_sync_weights_reloads_the_server(server):
             target.copy_(source + torch.randn_like(source) * 0.5)
     with OpenAIBackend(url, name, sync_dir=sync_dir) as backend:
         backend.sync_weights(updated)
-        [generation] = backend.generate(PROMPTS[:1], max_new_tokens=8, temperature=0.0)
+        [generation] = backend.generate(PROMPTS[:1], SamplingParams(max_new_tokens=8, temperature=0.0))
     expected = _forward_logprobs(updated.eval(), PROMPTS[0], generation.token_ids)
     assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)

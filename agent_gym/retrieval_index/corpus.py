@@ -26,6 +26,7 @@ from typing import IO, Any, overload
 
 import numpy as np
 
+from agent_gym.jsonl import iter_jsonl
 from agent_gym.retrieval_index.base import Hit
 
 __all__ = [
@@ -113,13 +114,7 @@ def iter_corpus(path: str | os.PathLike[str]) -> Iterator[Document]:
             'or use corpus="distractor" to build one from the dataset\'s own context paragraphs.'
         )
     with _open_text(path, "r") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{line_number}: not valid JSON ({error.msg})") from None
+        for line_number, record in iter_jsonl(handle, path):
             yield _document_from_record(record, path, line_number)
 
 

@@ -1,7 +1,8 @@
 """The ``search`` tool: a :class:`~agent_gym.tools.Tool` over any :class:`Retriever`.
 
 Results are shown the way Agent-R1 and Search-R1 show them: one line per hit, ``Doc i (Title: ...) text``.
-Each result's metadata lists the retrieved titles, which process rewards and evidence recall read.
+Each result's metadata lists the retrieved titles; :meth:`SearchTool.evidence` hands them to the env, whose
+process rewards and evidence recall match them against the task's supporting titles.
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ class SearchTool(Tool):
                         metadata={"titles": [hit.title for hit in hits], "ids": [hit.id for hit in hits]},
                     )
         return [result for result in results if result is not None]
+
+    def evidence(self, result: ToolResult) -> list[str]:
+        """The titles of the pages this search returned."""
+        return [str(title) for title in result.metadata.get("titles", ())]
 
     def close(self) -> None:
         self.retriever.close()

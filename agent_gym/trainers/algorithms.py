@@ -4,21 +4,30 @@ Every function is plain tensor code on padded ``[B, T]`` tensors with an explici
 against its paper line by line. Shapes and conventions shared by all estimators:
 
 - ``action_mask[b, t] = 1`` on the tokens that receive an advantage. With the advantage mask on (Agent-R1's
-  default) these are the model-sampled tokens (``loss_mask``); with it off (Agent-R1 Table 4 ablation)
-  they are all response tokens, env observation tokens included (see ``advantage_token_mask``).
+  default) these are the model-sampled tokens (``TokenBatch.model_token_mask``); with it off (Agent-R1
+  Table 4 ablation) they are all response tokens, env observation tokens included (``advantage_token_mask``).
 - ``token_rewards[b, t]`` holds each turn's reward on that turn's last model token (DESIGN §7).
 - ``outcomes[b]`` is the episode return, ``group_index[b]`` the integer group of episodes sharing a task.
 - Outputs are zero wherever ``action_mask`` is zero.
+
+``ESTIMATORS`` (at the end) names each estimator the trainer can run: a function from `EstimatorInputs` to
+`Advantages`, so ``config.algo`` picks one by lookup.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+from agent_gym.trainers.batch import Advantages
+from agent_gym.trainers.losses import masked_mean
+from agent_gym.trainers.trajectory import group_index
+
 __all__ = [
     "ESTIMATORS",
+    "EstimatorInputs",
     "advantage_token_mask",
     "discounted_returns",
     "gae_advantages",
@@ -31,26 +40,12 @@ __all__ = [
     "rloo_advantages",
 ]
 
-ESTIMATORS = ("grpo", "dr_grpo", "ppo", "reinforce_pp", "reinforce_pp_baseline", "rloo")
-
-
-def group_index(group_ids: Sequence[str]) -> torch.Tensor:
-    """Map group keys (task ids) to contiguous integers ``[B]`` in order of first appearance."""
-    seen: dict[str, int] = {}
-    return torch.tensor([seen.setdefault(g, len(seen)) for g in group_ids], dtype=torch.long)
-
 
 def advantage_token_mask(
-    loss_mask: torch.Tensor, response_mask: torch.Tensor, advantage_mask: bool
+    model_token_mask: torch.Tensor, response_mask: torch.Tensor, use_advantage_mask: bool
 ) -> torch.Tensor:
     """Tokens given an advantage: model tokens only (on), or all response tokens (off, Agent-R1 Table 4)."""
-    return (loss_mask if advantage_mask else response_mask).to(torch.float32)
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` over positions where ``mask`` is 1 (0 when the mask is empty)."""
-    mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+    return (model_token_mask if use_advantage_mask else response_mask).to(torch.float32)
 
 
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -205,3 +200,70 @@ def reinforce_pp_advantages(
         rewards[rows, last_action[has_action]] -= (sums / counts).to(mask.device)[has_action]
     returns = discounted_returns(rewards, mask, gamma)
     return masked_whiten(returns, mask)
+
+
+# ---------------------------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class EstimatorInputs:
+    """What every estimator may read; each uses the fields its paper needs.
+
+    Attributes:
+        token_rewards: ``[B, T]`` per-turn rewards on each turn's last model token (KL-penalised when the
+            trainer folds a KL into the rewards).
+        episode_returns: ``[B]`` the return of each row's episode (outcome estimators).
+        group_index: ``[B]`` the group of each row (GRPO, RLOO, REINFORCE++-baseline).
+        action_mask: ``[B, T]`` the tokens that get an advantage (see the module docstring).
+        values: ``[B, T]`` critic values (PPO); None without a critic.
+        gamma, lam: discount and GAE lambda over action tokens.
+    """
+
+    token_rewards: torch.Tensor
+    episode_returns: torch.Tensor
+    group_index: torch.Tensor
+    action_mask: torch.Tensor
+    values: torch.Tensor | None = None
+    gamma: float = 1.0
+    lam: float = 1.0
+
+
+def _grpo(x: EstimatorInputs) -> Advantages:
+    return Advantages(grpo_advantages(x.episode_returns, x.group_index, x.action_mask), x.action_mask)
+
+
+def _dr_grpo(x: EstimatorInputs) -> Advantages:
+    advantages = grpo_advantages(x.episode_returns, x.group_index, x.action_mask, scale_by_std=False)
+    return Advantages(advantages, x.action_mask)
+
+
+def _rloo(x: EstimatorInputs) -> Advantages:
+    return Advantages(rloo_advantages(x.episode_returns, x.group_index, x.action_mask), x.action_mask)
+
+
+def _reinforce_pp(x: EstimatorInputs) -> Advantages:
+    return Advantages(reinforce_pp_advantages(x.token_rewards, x.action_mask, x.gamma), x.action_mask)
+
+
+def _reinforce_pp_baseline(x: EstimatorInputs) -> Advantages:
+    advantages = reinforce_pp_advantages(x.token_rewards, x.action_mask, x.gamma, x.episode_returns, x.group_index)
+    return Advantages(advantages, x.action_mask)
+
+
+def _ppo(x: EstimatorInputs) -> Advantages:
+    if x.values is None:
+        raise ValueError("ppo needs the critic's values (EstimatorInputs.values)")
+    advantages, returns = gae_advantages(x.token_rewards, x.values, x.action_mask, x.gamma, x.lam)
+    return Advantages(advantages, x.action_mask, returns)
+
+
+#: algo name -> estimator. Agent-R1 compares PPO, GRPO, REINFORCE++ and RLOO; dr_grpo and
+#: reinforce_pp_baseline are the variants described in grpo_advantages and reinforce_pp_advantages.
+ESTIMATORS: dict[str, Callable[[EstimatorInputs], Advantages]] = {
+    "grpo": _grpo,
+    "dr_grpo": _dr_grpo,
+    "ppo": _ppo,
+    "reinforce_pp": _reinforce_pp,
+    "reinforce_pp_baseline": _reinforce_pp_baseline,
+    "rloo": _rloo,
+}

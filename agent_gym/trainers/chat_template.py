@@ -103,6 +103,15 @@ def _render_text(
         ) from error
 
 
+def turn_stop_token_ids(tokenizer: Any) -> list[int]:
+    """Ids that end a model turn: EOS, and Qwen2.5's ``<|endoftext|>`` where the vocabulary has it."""
+    ids = {tokenizer.eos_token_id}
+    end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    if isinstance(end_of_text, int) and end_of_text != tokenizer.unk_token_id:
+        ids.add(end_of_text)  # Qwen2.5 ends turns with <|im_end|> or <|endoftext|>
+    return sorted(i for i in ids if i is not None)
+
+
 def encode_text(tokenizer: Any, text: str) -> list[int]:
     """Token ids of `text` with no BOS/EOS added (special-token strings become their single ids)."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -95,7 +95,7 @@ class TrainConfig:
             "Advantage estimator (dr_grpo: GRPO without the std; reinforce_pp_baseline: REINFORCE++ with "
             "a group-mean baseline). Agent-R1 compares PPO, GRPO, "
             "REINFORCE++ and RLOO.",
-            ESTIMATORS,
+            tuple(ESTIMATORS),
         ),
     )
     group_size: int = field(
@@ -179,15 +179,19 @@ class TrainConfig:
             AGGREGATIONS,
         ),
     )
-    loss_mask: bool = field(
+    use_loss_mask: bool = field(
         default=True,
         metadata=_help(
-            "Mask env observation tokens out of the loss (Agent-R1's action mask); --no-loss-mask: Table 4."
+            "Mask env observation tokens out of the loss (Agent-R1's action mask); --no-use-loss-mask (or "
+            "--no-loss-mask): the Table 4 ablation."
         ),
     )
-    advantage_mask: bool = field(
+    use_advantage_mask: bool = field(
         default=True,
-        metadata=_help("Give advantages to model tokens only (Agent-R1); --no-advantage-mask: Table 4."),
+        metadata=_help(
+            "Give advantages to model tokens only (Agent-R1); --no-use-advantage-mask (or "
+            "--no-advantage-mask): the Table 4 ablation."
+        ),
     )
 
     # --- optimisation ---
@@ -247,7 +251,10 @@ class TrainConfig:
     )
     max_turns: int | None = field(
         default=None,
-        metadata=_help("Model turns per episode; none leaves truncation to the env's own max_turns."),
+        metadata=_help(
+            "Model turns per episode; none leaves truncation to the env's own max_turns. An episode cut here "
+            "pays what the env pays when its own max_turns cuts one (through the env's truncate())."
+        ),
     )
     render_tools: bool = field(
         default=False,
@@ -290,7 +297,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise `ConfigError` naming the first invalid field."""
-        choices = {"algo": ESTIMATORS, "aggregation": AGGREGATIONS, "kl_estimator": KL_ESTIMATORS}
+        choices = {"algo": tuple(ESTIMATORS), "aggregation": AGGREGATIONS, "kl_estimator": KL_ESTIMATORS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
@@ -361,6 +368,9 @@ class TrainConfig:
 # ----------------------------------------------------------------------------------------------------------
 # YAML / dict loading
 
+#: field names of earlier releases -> their current names (YAML keys and CLI flags keep working)
+RENAMED_FIELDS = {"loss_mask": "use_loss_mask", "advantage_mask": "use_advantage_mask"}
+
 
 def _resolved_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
@@ -420,9 +430,18 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
 
 
 def config_from_dict(values: dict[str, Any], cls: type = TrainConfig) -> Any:
-    """Build a config from a mapping; unknown keys and ill-typed values raise `ConfigError`."""
+    """Build a config from a mapping; unknown keys and ill-typed values raise `ConfigError`.
+
+    A key in `RENAMED_FIELDS` is read as its new name; giving both names is an error.
+    """
     hints = _resolved_types(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    values = dict(values)
+    for old, new in RENAMED_FIELDS.items():
+        if old in values and new in names:
+            if new in values:
+                raise ConfigError(f"{old} and {new} are both set; {old} is the old name of {new}: keep only {new}")
+            values[new] = values.pop(old)
     unknown = sorted(set(values) - names)
     if unknown:
         raise ConfigError(
@@ -474,7 +493,9 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type = TrainCo
         help_text = f"{f.metadata.get('help', '')} [default: {default!r}]".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
         if inner is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+            old_names = [old for old, new in RENAMED_FIELDS.items() if new == f.name]
+            old_flags = [f"--{old.replace('_', '-')}" for old in old_names]
+            parser.add_argument(flag, *old_flags, action=argparse.BooleanOptionalAction, **kwargs)
         elif typing.get_origin(inner) is Literal or f.metadata.get("choices"):
             choices = f.metadata.get("choices") or typing.get_args(inner)
             parser.add_argument(flag, choices=list(choices), **kwargs)

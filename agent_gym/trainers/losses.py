@@ -23,6 +23,7 @@ __all__ = [
     "aggregation_normalizer",
     "entropy_from_logits",
     "kl_penalty",
+    "masked_mean",
     "policy_loss",
     "token_logprobs",
     "value_loss",
@@ -30,6 +31,12 @@ __all__ = [
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over the positions where ``mask`` is 1 (0 when the mask is empty)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def aggregation_normalizer(mask: torch.Tensor, mode: str) -> float:
@@ -157,9 +164,9 @@ def policy_loss(
         per_token = torch.where(advantages < 0, torch.minimum(per_token, bound), per_token)
     loss = aggregate(per_token, mask_f, aggregation, normalizer, norm_length)
     with torch.no_grad():
-        approx_kl = _mean(ratio - 1.0 - log_ratio, mask_f)
-        clipfrac = _mean(clip_active, mask_f)
-        dual_clipfrac = _mean(dual_active, mask_f)
+        approx_kl = masked_mean(ratio - 1.0 - log_ratio, mask_f)
+        clipfrac = masked_mean(clip_active, mask_f)
+        dual_clipfrac = masked_mean(dual_active, mask_f)
     return PolicyLossOutput(loss=loss, clipfrac=clipfrac, approx_kl=approx_kl, dual_clipfrac=dual_clipfrac)
 
 
@@ -188,9 +195,5 @@ def value_loss(
         clipped = (clipped_values - returns).square()
         per_token = 0.5 * torch.maximum(unclipped, clipped)
         with torch.no_grad():
-            clipfrac = _mean((clipped > unclipped).to(values.dtype), mask_f)
+            clipfrac = masked_mean((clipped > unclipped).to(values.dtype), mask_f)
     return aggregate(per_token, mask_f, aggregation, normalizer, norm_length), clipfrac
-
-
-def _mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agent_gym.jsonl import iter_jsonl
+
 # --- rollout statistics (training episodes) ---
 REWARD = "charts/reward"  # mean episode return
 EM = "charts/em"  # exact match of the final answer
@@ -27,7 +29,7 @@ APPROX_KL = "losses/approx_kl"  # KL(old || new), k3 estimate, CleanRL's name
 CLIPFRAC = "losses/clipfrac"
 DUAL_CLIPFRAC = "losses/dual_clipfrac"
 VALUE_CLIPFRAC = "losses/value_clipfrac"
-ENTROPY = "losses/entropy"
+ENTROPY = "losses/entropy"  # mean next-token entropy over model tokens (env tokens never count)
 KL_REF = "losses/kl_ref"  # KL to the reference model, the estimator chosen in the config
 GRAD_NORM = "losses/grad_norm"
 ADVANTAGE_MEAN = "losses/advantage_mean"
@@ -148,12 +150,4 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; is {run_dir} an `agent-gym train` output directory?")
-    records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number} is not valid JSON ({error})") from error
-    return records
+    return [record for _, record in iter_jsonl(path.read_text(encoding="utf-8").splitlines(), path)]

@@ -13,23 +13,14 @@ from typing import Any
 
 import torch
 
-from agent_gym.trainers.backends import GenerationBackend, TransformersBackend
-from agent_gym.trainers.chat_template import render_prompt
+from agent_gym.trainers.backends import GenerationBackend, SamplingParams, TransformersBackend
+from agent_gym.trainers.chat_template import render_prompt, turn_stop_token_ids
 
 __all__ = ["ModelPolicy", "ModelPolicyError"]
 
 
 class ModelPolicyError(RuntimeError):
     """The env handed the policy no context to continue (it breaks DESIGN §2's `info["messages"]`)."""
-
-
-def stop_token_ids(tokenizer: Any) -> list[int]:
-    """Ids that end a model turn: EOS, and Qwen2.5's `<|endoftext|>` where the vocabulary has it."""
-    ids = {tokenizer.eos_token_id}
-    end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    if isinstance(end_of_text, int) and end_of_text != tokenizer.unk_token_id:
-        ids.add(end_of_text)
-    return sorted(i for i in ids if i is not None)
 
 
 class ModelPolicy:
@@ -65,7 +56,7 @@ class ModelPolicy:
         self.max_context_tokens = max_context_tokens
         self.render_tools = render_tools
         self.backend = backend if backend is not None else TransformersBackend(model, tokenizer)
-        self.stop_token_ids = stop_token_ids(tokenizer)
+        self.stop_token_ids = turn_stop_token_ids(tokenizer)
         self.tools: list[dict] = []
         self.stop_strings: list[str] = []
 
@@ -93,11 +84,11 @@ class ModelPolicy:
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         """The model's next turn, greedy, as text (special tokens dropped, as the collector hands the env)."""
-        (generation,) = self.backend.generate(
-            [self.prompt_ids(info)],
+        params = SamplingParams(
             max_new_tokens=self.max_new_tokens,
             temperature=0.0,
             stop_token_ids=self.stop_token_ids,
             stop_strings=self.stop_strings,
         )
+        (generation,) = self.backend.generate([self.prompt_ids(info)], params)
         return self.tokenizer.decode(generation.token_ids, skip_special_tokens=True)

@@ -1,10 +1,18 @@
 """Token-in/token-out multi-turn rollouts of a policy in any env that follows the DESIGN §2 contract.
 
 Each round, every live episode contributes its context (exact token ids) to one batched `generate` call; the
-sampled ids and their log-probs are appended verbatim (`loss_mask = 1`), the decoded turn goes to
-`env.step`, and the env's new messages are rendered with the chat template as a delta (`loss_mask = 0`).
+sampled ids and their log-probs are appended verbatim (`loss_mask = 1`), the decoded turns go to the envs,
+and each env's new messages are rendered with the chat template as a delta (`loss_mask = 0`).
 Model output is never decoded and re-encoded for training (Agent-R1 issue #30: its NaN came from that).
 Finished episodes free their env, which starts the next pending episode in the next round.
+
+The round's turns are one batch: the `ToolEnv`s among the envs step together through `agent_gym.env.step_turns`
+(one search for all their calls, as `agent-gym eval`'s vector env does); any other env steps alone.
+
+An episode the collector cuts itself (its `max_turns`, or its token budget) is ended through the env's
+optional `truncate() -> (reward, info)`, so it pays what the env pays when its own limit cuts an episode
+(`ToolEnv`: the outcome without an answer, `format_score - 1` under Agent-R1 Eq. 6). The reward goes on the
+episode's last turn. An env without `truncate()` keeps the rewards it paid so far (a warning says so).
 
 When the env rewrites its context (`info["context_rewritten"]`), the episode continues as a new step-level
 sample whose prompt is the rewritten `info["messages"]` (Agent-R1 v0.1); all samples of an episode share
@@ -13,15 +21,21 @@ its group id and its outcome.
 
 from __future__ import annotations
 
+import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium as gym
 from tqdm.auto import tqdm
 
-from agent_gym.trainers.backends.base import Generation, GenerationBackend
-from agent_gym.trainers.chat_template import render_delta, render_prompt
+from agent_gym.env import ToolEnv, step_turns
+from agent_gym.trainers.backends.base import Generation, GenerationBackend, SamplingParams
+from agent_gym.trainers.chat_template import render_delta, render_prompt, turn_stop_token_ids
 from agent_gym.trainers.trajectory import Trajectory
+
+StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
 
 
 class RolloutError(RuntimeError):
@@ -33,7 +47,7 @@ class RolloutConfig:
     """Sampling settings and the limits of one episode."""
 
     max_new_tokens: int = 256  # per turn
-    max_turns: int | None = None  # model turns per episode; None leaves truncation to the env
+    max_turns: int | None = None  # model turns per episode (a cut pays the env's truncate()); None: the env's
     max_context_tokens: int = 4096  # prompt + response tokens of one step-level sample
     temperature: float = 1.0
     top_p: float = 1.0
@@ -77,9 +91,19 @@ class _Episode:
     samples: list[_Sample]
     turns: int = 0
     finished: bool = False
+    action: str = ""  # the decoded turn the env is stepped with this round
+    ended_with_stop_token: str | None = None  # the turn's last token, decoded, when it is a stop token
     last_info: dict = field(default_factory=dict)
     finish_reasons: list[str] = field(default_factory=list)
     truncated_by: str | None = None
+    tool_calls: int = 0
+    tool_calls_ok: int = 0
+
+    def count_tool_calls(self, info: Mapping[str, Any]) -> None:
+        for call in info.get("tool_calls") or ():
+            if isinstance(call, Mapping) and isinstance(call.get("ok"), bool):
+                self.tool_calls += 1
+                self.tool_calls_ok += int(call["ok"])
 
 
 def _reset_kwargs(spec: Mapping[str, Any] | str) -> dict[str, Any]:
@@ -90,6 +114,18 @@ def _reset_kwargs(spec: Mapping[str, Any] | str) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"reset spec has unknown keys {sorted(unknown)}; use 'seed' and 'options'")
     return {"seed": spec.get("seed"), "options": dict(spec.get("options") or {})}
+
+
+# Wrappers that `gymnasium.make` adds and that change no step: an env under only these joins the turn batch.
+_PASS_THROUGH_WRAPPERS = (gym.wrappers.OrderEnforcing, gym.wrappers.PassiveEnvChecker)
+
+
+def _turn_batch_member(env: Any) -> ToolEnv | None:
+    """The `ToolEnv` under `env` if it can step in a turn batch; None for any other env, or for one under a
+    wrapper that might change its steps."""
+    while isinstance(env, _PASS_THROUGH_WRAPPERS):
+        env = env.env
+    return env if isinstance(env, ToolEnv) else None
 
 
 def _unwrap_envs(envs: Any) -> list[Any]:
@@ -111,8 +147,9 @@ class RolloutCollector:
     """Plays many episodes at once with a generation backend; returns token-level `Trajectory` records.
 
     Args:
-        envs: a list of envs (DESIGN §2 contract), or a vector env exposing `.envs`; episodes run on them
-            concurrently, one per env at a time.
+        envs: a list of envs (DESIGN §2 contract), or a vector env exposing `.envs` (its sub-envs are stepped
+            by the collector, so `ToolVectorEnv` and a list of `ToolEnv`s batch their tool calls alike);
+            episodes run on them concurrently, one per env at a time.
         backend: the `GenerationBackend` that samples turns.
         tokenizer: the policy's tokenizer, with a chat template.
         config: sampling settings and limits.
@@ -122,14 +159,13 @@ class RolloutCollector:
         self, envs: Any, backend: GenerationBackend, tokenizer: Any, config: RolloutConfig | None = None
     ) -> None:
         self.envs = _unwrap_envs(envs)
+        self._turn_batch_envs = [_turn_batch_member(env) for env in self.envs]
         self.backend = backend
         self.tokenizer = tokenizer
         self.config = config or RolloutConfig()
-        stop_ids = {tokenizer.eos_token_id, *self.config.extra_stop_token_ids}
-        end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-        if isinstance(end_of_text, int) and end_of_text != tokenizer.unk_token_id:
-            stop_ids.add(end_of_text)  # Qwen2.5 ends turns with <|im_end|> or <|endoftext|>
-        self.stop_token_ids = sorted(i for i in stop_ids if i is not None)
+        self.stop_token_ids = sorted({*turn_stop_token_ids(tokenizer), *self.config.extra_stop_token_ids})
+        self.env_seconds = 0.0  # wall time spent inside the envs (reset, step, tool calls), over all collects
+        self._warned_no_truncate = False
 
     def collect(
         self,
@@ -163,8 +199,7 @@ class RolloutCollector:
                 while pending and free_envs:
                     spec_index, _ = pending.pop()
                     active.append(self._start(free_envs.pop(), spec_index, reset_kwargs[spec_index]))
-                generations = self.backend.generate(
-                    [episode.samples[-1].prompt_ids + episode.samples[-1].response_ids for episode in active],
+                params = SamplingParams(
                     max_new_tokens=self.config.max_new_tokens,
                     temperature=0.0 if greedy else self.config.temperature,
                     top_p=1.0 if greedy else self.config.top_p,
@@ -172,9 +207,18 @@ class RolloutCollector:
                     stop_strings=sorted({stop for episode in active for stop in episode.stop_strings}),
                     seed=None if seed is None else seed + round_index,
                 )
+                generations = self.backend.generate(
+                    [episode.samples[-1].prompt_ids + episode.samples[-1].response_ids for episode in active],
+                    params,
+                )
                 round_index += 1
-                for episode, generation in zip(active, generations, strict=True):
-                    self._advance(episode, generation)
+                stepping = [
+                    episode
+                    for episode, generation in zip(active, generations, strict=True)
+                    if self._record_turn(episode, generation)
+                ]
+                for episode, step in zip(stepping, self._step_envs(stepping), strict=True):
+                    self._apply_step(episode, step)
                 for episode in [episode for episode in active if episode.finished]:
                     active.remove(episode)
                     free_envs.append(episode.env_index)
@@ -186,7 +230,9 @@ class RolloutCollector:
         return [trajectory for episode in done for trajectory in self._trajectories(episode)]
 
     def _start(self, env_index: int, spec_index: int, kwargs: dict[str, Any]) -> _Episode:
+        started = time.perf_counter()
         _, info = self.envs[env_index].reset(**kwargs)
+        self.env_seconds += time.perf_counter() - started
         messages = info.get("messages")
         if not messages:
             raise RolloutError(f"env {env_index} returned no info['messages'] from reset (DESIGN §2)")
@@ -203,33 +249,62 @@ class RolloutCollector:
             last_info={"task_id": task_id},
         )
 
-    def _advance(self, episode: _Episode, generation: Generation) -> None:
-        """Append a sampled turn, step the env with it, and append the env's reply (or finish)."""
+    def _record_turn(self, episode: _Episode, generation: Generation) -> bool:
+        """Append a sampled turn and decode it for the env; False (episode cut) when the context is full."""
         sample = episode.samples[-1]
         budget = self.config.max_context_tokens - sample.length
         token_ids, logprobs = generation.token_ids[:budget], generation.logprobs[:budget]
         if not token_ids:  # the context is full before the turn starts
-            episode.finished, episode.truncated_by = True, "context"
-            return
+            self._cut(episode, "context")
+            return False
         sample.append(token_ids, logprobs)
         sample.turn_end_indices.append(len(sample.response_ids) - 1)
         episode.turns += 1
         episode.finish_reasons.append(
             generation.finish_reason if len(token_ids) == len(generation.token_ids) else "context"
         )
-        action = self.tokenizer.decode(token_ids, skip_special_tokens=True)  # for the env only
-        try:
-            _, reward, terminated, truncated, info = self.envs[episode.env_index].step(action)
-        except Exception as error:  # the contract says envs never raise on actions; say which one did
-            raise RolloutError(f"env {episode.env_index} raised on step: {error!r}") from error
+        episode.action = self.tokenizer.decode(token_ids, skip_special_tokens=True)  # for the env only
+        # Only a stop token can be the start of the template's turn closing (e.g. <|im_end|>).
+        last = token_ids[-1]
+        episode.ended_with_stop_token = self.tokenizer.decode([last]) if last in self.stop_token_ids else None
+        return True
+
+    def _step_envs(self, episodes: Sequence[_Episode]) -> list[StepResult]:
+        """Step each episode's env with its turn: the `ToolEnv`s as one turn batch, any other env alone."""
+        started = time.perf_counter()
+        results: dict[int, StepResult] = {}
+        batch = [episode for episode in episodes if self._turn_batch_envs[episode.env_index] is not None]
+        if batch:
+            members = [self._turn_batch_envs[episode.env_index] for episode in batch]
+            try:
+                steps = step_turns(members, [episode.action for episode in batch])
+            except Exception as error:  # the contract says envs never raise on actions; say which ones did
+                indices = [episode.env_index for episode in batch]
+                raise RolloutError(f"one of envs {indices} raised on step: {error!r}") from error
+            results.update((episode.env_index, step) for episode, step in zip(batch, steps, strict=True))
+        for episode in episodes:
+            if episode.env_index in results:
+                continue
+            try:
+                results[episode.env_index] = self.envs[episode.env_index].step(episode.action)
+            except Exception as error:
+                raise RolloutError(f"env {episode.env_index} raised on step: {error!r}") from error
+        self.env_seconds += time.perf_counter() - started
+        return [results[episode.env_index] for episode in episodes]
+
+    def _apply_step(self, episode: _Episode, step: StepResult) -> None:
+        """Pay the turn's reward, then finish the episode or append the env's reply."""
+        _, reward, terminated, truncated, info = step
+        sample = episode.samples[-1]
         sample.turn_rewards.append(float(reward))
         episode.last_info = info
+        episode.count_tool_calls(info)
         if terminated or truncated:
             episode.finished = True
             episode.truncated_by = "env" if truncated and not terminated else None
             return
         if self.config.max_turns is not None and episode.turns >= self.config.max_turns:
-            episode.finished, episode.truncated_by = True, "max_turns"
+            self._cut(episode, "max_turns")
             return
         messages = info.get("messages")
         if not messages:
@@ -238,15 +313,38 @@ class RolloutCollector:
             tools = episode.tools if self.config.render_tools else None
             episode.samples.append(_Sample(prompt_ids=render_prompt(self.tokenizer, messages, tools)))
             if episode.samples[-1].length >= self.config.max_context_tokens:
-                episode.finished, episode.truncated_by = True, "context"
+                self._cut(episode, "context")
             return
-        # Only a stop token can be the start of the template's turn closing (e.g. <|im_end|>).
-        ended_with = self.tokenizer.decode(token_ids[-1:]) if token_ids[-1] in self.stop_token_ids else None
-        delta = render_delta(self.tokenizer, _messages_after_last_assistant(messages), ended_with)
+        new_messages = _messages_after_last_assistant(messages)
+        delta = render_delta(self.tokenizer, new_messages, episode.ended_with_stop_token)
         if sample.length + len(delta) >= self.config.max_context_tokens:
-            episode.finished, episode.truncated_by = True, "context"
+            self._cut(episode, "context")
             return
         sample.append(delta, None)
+
+    def _cut(self, episode: _Episode, reason: str) -> None:
+        """End an episode the env has not ended, through the env's `truncate()` (see the module docstring)."""
+        episode.finished, episode.truncated_by = True, reason
+        samples = [sample for sample in episode.samples if sample.turn_end_indices]
+        env = self.envs[episode.env_index]
+        truncate = getattr(getattr(env, "unwrapped", env), "truncate", None)
+        if not samples:  # no turn was sampled: nothing to train on, nothing to pay
+            return
+        if not callable(truncate):
+            if not self._warned_no_truncate:
+                self._warned_no_truncate = True
+                warnings.warn(
+                    f"{type(env).__name__} has no truncate(): episodes cut by the collector's {reason} limit "
+                    "end without the outcome the env pays when its own limit cuts them; give the env that "
+                    "limit (e.g. its max_turns) or a truncate() -> (reward, info) method",
+                    stacklevel=3,
+                )
+            return
+        started = time.perf_counter()
+        reward, info = truncate()
+        self.env_seconds += time.perf_counter() - started
+        samples[-1].turn_rewards[-1] += float(reward)
+        episode.last_info = {**episode.last_info, **info}  # the last step's tool calls stay
 
     def _trajectories(self, episode: _Episode) -> list[Trajectory]:
         outcome = sum(reward for sample in episode.samples for reward in sample.turn_rewards)
@@ -292,6 +390,8 @@ def _episode_info(episode: _Episode) -> dict[str, Any]:
     for key in ("reward_components", "answer", "gold_answers", "tool_calls"):
         if key in last:
             info[key] = last[key]
+    if episode.tool_calls:
+        info["tool_call_validity"] = episode.tool_calls_ok / episode.tool_calls
     components = last.get("reward_components") or {}
     for key in ("em", "f1"):
         if key in components:

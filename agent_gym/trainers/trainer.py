@@ -1,18 +1,16 @@
 """The RL training loop: rollouts -> advantages -> clipped policy (and critic) updates, with eval and resume.
 
-One step (DESIGN §7):
+One step (DESIGN §7), each stage building the next frozen record of batch.py:
   1. the task sampler picks ``tasks_per_step`` tasks; the collector plays ``group_size`` episodes of each;
-  2. trajectories are collated into padded ``[B, T]`` tensors (model tokens: ``loss_mask = 1``);
-  3. the policy recomputes log-probs (the PPO "old" policy), the reference model and the critic score them;
-  4. the estimator of ``config.algo`` turns token rewards into advantages (algorithms.py);
+  2. ``collate`` pads the trajectories into a ``TokenBatch`` (``[B, T]`` tensors; ``model_token_mask`` marks
+     the tokens the policy sampled);
+  3. ``score`` runs the policy (the PPO "old" log-probs), the reference model and the critic on it, without
+     gradients: a ``ScoredBatch``;
+  4. ``ESTIMATORS[config.algo]`` turns token rewards into ``Advantages`` (algorithms.py);
   5. ``ppo_epochs`` x ``num_mini_batches`` AdamW steps on the clipped surrogate, each mini-batch split into
      micro-batches with gradient accumulation (losses.py).
 
-Critic (PPO only): a separate model, a copy of the policy's backbone with a scalar head, with its own AdamW.
-Why separate rather than a value head on the policy: Agent-R1 is built on verl, whose PPO uses a separate
-critic, so this reproduces the paper's setup; it keeps value-loss gradients out of the policy (no vf_coef to
-tune against the policy loss), and the critic trains on all tokens even when the policy is a LoRA adapter.
-Cost: one more forward/backward per step, which is small next to generation in agentic rollouts.
+Critic (PPO only): a separate model with its own AdamW (critic.py says why).
 
 The trainer never imports a concrete env: it builds envs with ``gymnasium.make(config.env_id, ...)``.
 """
@@ -27,6 +25,7 @@ import inspect
 import math
 import random
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,16 +37,13 @@ from tqdm.auto import tqdm
 
 from agent_gym.trainers import metrics as m
 from agent_gym.trainers.algorithms import (
+    ESTIMATORS,
+    EstimatorInputs,
     advantage_token_mask,
-    gae_advantages,
-    group_index,
-    grpo_advantages,
     kl_penalized_rewards,
-    masked_mean,
-    reinforce_pp_advantages,
-    rloo_advantages,
 )
 from agent_gym.trainers.backends import GenerationBackend, make_backend
+from agent_gym.trainers.batch import Advantages, ScoredBatch, TokenBatch, UpdateBatch
 from agent_gym.trainers.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -59,90 +55,25 @@ from agent_gym.trainers.checkpoint import (
     trainable_state_dict,
 )
 from agent_gym.trainers.config import ConfigError, TrainConfig, add_dataclass_arguments, config_from_namespace
+from agent_gym.trainers.critic import ValueModel
 from agent_gym.trainers.losses import (
     aggregate,
     aggregation_normalizer,
     entropy_from_logits,
     kl_penalty,
+    masked_mean,
     policy_loss,
     token_logprobs,
     value_loss,
 )
 from agent_gym.trainers.metrics import MetricsLogger, episode_metrics
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
-from agent_gym.trainers.trajectory import Trajectory, collate
+from agent_gym.trainers.task_sampler import TaskSampler
+from agent_gym.trainers.trajectory import collate
 
 __all__ = ["TaskSampler", "Trainer", "ValueModel", "add_train_arguments", "run_train"]
 
 StepCallback = Callable[["Trainer", dict[str, float]], None]
-
-
-class TaskSampler:
-    """Which tasks each step trains on: a function of (seed, position), so resume needs only the position.
-
-    Each draw is a ``reset`` spec ``{"seed": ..., "options": {"task_index": ...}}``: envs following DESIGN §2
-    take the task index modulo their task count; an env that ignores options still gets a reproducible seed.
-    """
-
-    def __init__(self, seed: int, position: int = 0) -> None:
-        self.seed = seed
-        self.position = position
-
-    def draw(self, count: int) -> list[dict[str, Any]]:
-        specs = []
-        for _ in range(count):
-            rng = np.random.default_rng([self.seed, self.position])
-            specs.append(
-                {
-                    "seed": int(rng.integers(2**31 - 1)),
-                    "options": {"task_index": int(rng.integers(2**31 - 1))},
-                }
-            )
-            self.position += 1
-        return specs
-
-    def state_dict(self) -> dict[str, int]:
-        return {"seed": self.seed, "position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.seed, self.position = int(state["seed"]), int(state["position"])
-
-
-class ValueModel(torch.nn.Module):
-    """Critic: a transformer backbone and a linear head giving V(s_t) for the state before each token.
-
-    ``values[:, t]`` is read from the hidden state at ``t - 1`` (the prefix the policy saw when it chose
-    token t), aligned with ``token_logprobs``; position 0 gets 0.
-    """
-
-    def __init__(self, backbone: torch.nn.Module, hidden_size: int) -> None:
-        super().__init__()
-        self.backbone = backbone
-        self.value_head = torch.nn.Linear(hidden_size, 1)
-        torch.nn.init.zeros_(self.value_head.weight)  # V = 0 at start: advantages start as plain returns
-        torch.nn.init.zeros_(self.value_head.bias)
-
-    @classmethod
-    def from_policy(cls, policy: torch.nn.Module) -> ValueModel:
-        """A critic initialised from the policy's transformer body (without its LM head)."""
-        backbone = copy.deepcopy(getattr(policy, "base_model", policy))
-        for parameter in backbone.parameters():
-            parameter.requires_grad_(True)
-        return cls(backbone, policy.config.hidden_size)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Values ``[B, T]``; right-padded batches need no mask (see ``Trainer._response_logits``)."""
-        output = self.backbone(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-        hidden = output.hidden_states[-1]  # works for a bare body and for a model with an LM head alike
-        values = self.value_head(hidden.float()).squeeze(-1)
-        return F.pad(values[:, :-1], (1, 0))
-
-
-def _trim_padding(micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Cut a right-padded micro-batch to its own longest row (every [B, T] tensor; [B] ones are kept)."""
-    width = micro["input_ids"].shape[1]
-    length = int(micro["attention_mask"].sum(dim=1).max())
-    return {k: v[:, :length] if v.dim() == 2 and v.shape[1] == width else v for k, v in micro.items()}
 
 
 def _seed_everything(seed: int) -> None:
@@ -314,16 +245,14 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------ scoring
 
-    def _response_logits(
-        self, model: torch.nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, int]:
+    def _response_logits(self, model: torch.nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, int]:
         """Logits from the position before the batch's first response token on, and that position.
 
         Prompt positions never enter a loss, so the LM head and the softmax skip them (``logits_to_keep``)
         where the model supports it: the prompt is a large share of an agent's context.
         """
-        input_ids = batch["input_ids"]
-        start = max(int(batch["prompt_lengths"].min()) - 1, 0) if self._supports_logits_to_keep(model) else 0
+        input_ids = batch.input_ids
+        start = max(int(batch.prompt_lengths.min()) - 1, 0) if self._supports_logits_to_keep(model) else 0
         kwargs = {"logits_to_keep": input_ids.shape[1] - start} if start > 0 else {}
         # No attention mask: collate() right-pads, and in a causal model no real token attends to the padding
         # after it, so real positions are unchanged while SDPA takes its causal fast path (measured: tiny
@@ -336,35 +265,34 @@ class Trainer:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # see through PEFT
         return "logits_to_keep" in inspect.signature(base.forward).parameters
 
-    def _forward_logprobs(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _forward_logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
         logits, start = self._response_logits(model, batch)
-        logprobs = token_logprobs(logits, batch["input_ids"][:, start:], self.config.temperature)
+        logprobs = token_logprobs(logits, batch.input_ids[:, start:], self.config.temperature)
         return F.pad(logprobs, (start, 0))
 
     @torch.no_grad()
-    def _score_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def score(self, batch: TokenBatch) -> ScoredBatch:
         """Old-policy and reference log-probs, and critic values, in micro-batches without gradients."""
-        size = self.config.micro_batch_size
+        config = self.config
+        needs_reference = config.kl_coef > 0 or config.kl_in_reward_coef > 0
         old, ref, values = [], [], []
         was_training = self.model.training
         self.model.eval()
-        width = batch["input_ids"].shape[1]
-        for start in range(0, batch["input_ids"].shape[0], size):
-            micro = _trim_padding({k: v[start : start + size] for k, v in batch.items()})
-            pad = (0, width - micro["input_ids"].shape[1])  # back to the batch width to concatenate
+        for start in range(0, batch.size, config.micro_batch_size):
+            micro = batch.rows(slice(start, start + config.micro_batch_size)).trimmed()
+            pad = (0, batch.input_ids.shape[1] - micro.input_ids.shape[1])  # back to the batch width
             if self._needs_old_logprobs:
                 old.append(F.pad(self._forward_logprobs(self.model, micro), pad))
-            if self.config.kl_coef > 0 or self.config.kl_in_reward_coef > 0:
+            if needs_reference:
                 ref.append(F.pad(self._reference_logprobs(micro), pad))
             if self.critic is not None:
-                values.append(F.pad(self.critic(micro["input_ids"]), pad))
+                values.append(F.pad(self.critic(micro.input_ids), pad))
         self.model.train(was_training)
-        scored = {"old_logprobs": torch.cat(old)} if old else {}
-        if ref:
-            scored["ref_logprobs"] = torch.cat(ref)
-        if values:
-            scored["values"] = torch.cat(values)
-        return scored
+        return ScoredBatch(
+            old_logprobs=torch.cat(old) if old else None,
+            ref_logprobs=torch.cat(ref) if ref else None,
+            values=torch.cat(values) if values else None,
+        )
 
     @property
     def _needs_old_logprobs(self) -> bool:
@@ -376,135 +304,127 @@ class Trainer:
         config = self.config
         return config.ppo_epochs > 1 or config.num_mini_batches > 1 or config.kl_in_reward_coef > 0
 
-    def _reference_logprobs(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _reference_logprobs(self, micro: TokenBatch) -> torch.Tensor:
         if self.reference is not None:
             return self._forward_logprobs(self.reference, micro)
         with self.model.disable_adapter():  # LoRA: the base weights are the reference
             return self._forward_logprobs(self.model, micro)
 
-    def compute_advantages(self, batch: dict[str, torch.Tensor], trajectories: Sequence[Trajectory]) -> None:
-        """Add ``advantages`` (and ``returns`` for PPO) to ``batch``, in place, per ``config.algo``."""
+    def compute_advantages(self, batch: TokenBatch, scored: ScoredBatch) -> Advantages:
+        """The advantages of ``config.algo`` (and PPO's critic targets), from ``ESTIMATORS``."""
         config = self.config
-        action_mask = advantage_token_mask(batch["loss_mask"], batch["response_mask"], config.advantage_mask)
-        rewards = batch["token_rewards"]
+        action_mask = advantage_token_mask(batch.model_token_mask, batch.response_mask, config.use_advantage_mask)
+        rewards = batch.token_rewards
         if config.kl_in_reward_coef > 0:
+            assert scored.old_logprobs is not None and scored.ref_logprobs is not None  # see _needs_old_logprobs
             rewards = kl_penalized_rewards(
-                rewards, batch["old_logprobs"], batch["ref_logprobs"], action_mask, config.kl_in_reward_coef
+                rewards, scored.old_logprobs, scored.ref_logprobs, action_mask, config.kl_in_reward_coef
             )
-        # Group estimators use the episode return (every step-level sample of an episode carries it).
-        episode_returns = torch.tensor(
-            [t.outcome for t in trajectories], dtype=torch.float32, device=self.device
+        inputs = EstimatorInputs(
+            token_rewards=rewards,
+            episode_returns=batch.episode_returns,
+            group_index=batch.group_index,
+            action_mask=action_mask,
+            values=scored.values,
+            gamma=config.gamma,
+            lam=config.lam,
         )
-        groups = group_index([t.group_id for t in trajectories]).to(self.device)
-        algo = config.algo
-        if algo in ("grpo", "dr_grpo"):
-            advantages = grpo_advantages(episode_returns, groups, action_mask, scale_by_std=algo == "grpo")
-        elif algo == "rloo":
-            advantages = rloo_advantages(episode_returns, groups, action_mask)
-        elif algo == "reinforce_pp":
-            advantages = reinforce_pp_advantages(rewards, action_mask, config.gamma)
-        elif algo == "reinforce_pp_baseline":
-            advantages = reinforce_pp_advantages(rewards, action_mask, config.gamma, episode_returns, groups)
-        elif algo == "ppo":
-            advantages, returns = gae_advantages(
-                rewards, batch["values"], action_mask, config.gamma, config.lam
-            )
-            batch["returns"] = returns
-        else:  # unreachable: TrainConfig.validate checks algo
-            raise ConfigError(f"unknown algo {algo!r}")
-        batch["advantages"] = advantages
-        batch["action_mask"] = action_mask
+        return ESTIMATORS[config.algo](inputs)
 
     # ------------------------------------------------------------------------------------------ update
 
-    def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def _loss_token_mask(self, tokens: TokenBatch) -> torch.Tensor:
+        """Tokens in the policy loss: the model tokens, or every response token with the loss mask off."""
+        return (tokens.model_token_mask if self.config.use_loss_mask else tokens.response_mask).float()
+
+    def _update(self, batch: UpdateBatch) -> dict[str, float]:
         """ppo_epochs x num_mini_batches optimizer steps with micro-batch gradient accumulation."""
         config = self.config
-        train_mask = (batch["loss_mask"] if config.loss_mask else batch["response_mask"]).float()
-        batch["train_mask"] = train_mask
-        size = batch["input_ids"].shape[0]
         generator = torch.Generator().manual_seed(config.seed * 1_000_003 + self.step)
-        totals: dict[str, list[float]] = {}
+        totals: dict[str, list[float]] = defaultdict(list)
         self.model.train()
         for _ in range(config.ppo_epochs):
-            order = torch.randperm(size, generator=generator)
-            for mini in torch.tensor_split(order, min(config.num_mini_batches, size)):
-                stats = self._optimizer_step({k: v[mini] for k, v in batch.items()})
-                for key, value in stats.items():
-                    totals.setdefault(key, []).append(value)
+            order = torch.randperm(batch.size, generator=generator)
+            for mini_rows in torch.tensor_split(order, min(config.num_mini_batches, batch.size)):
+                for key, value in self._optimizer_step(batch.rows(mini_rows.to(self.device))).items():
+                    totals[key].append(value)
         return {key: float(np.mean(values)) for key, values in totals.items()}
 
-    def _optimizer_step(self, mini: dict[str, torch.Tensor]) -> dict[str, float]:
-        config = self.config
-        agg = config.aggregation
-        normalizer = aggregation_normalizer(mini["train_mask"], agg)
-        value_normalizer = aggregation_normalizer(mini["action_mask"], agg)
-        sums: dict[str, float] = {}
-        tokens = float(mini["train_mask"].sum().clamp(min=1.0))
+    def _optimizer_step(self, mini: UpdateBatch) -> dict[str, float]:
+        config, agg, length = self.config, self.config.aggregation, self.config.max_context_tokens
+        loss_tokens = self._loss_token_mask(mini.tokens)
+        # Micro-batch losses divide by the whole mini-batch's count, so their gradients sum to its gradient.
+        normalizer = aggregation_normalizer(loss_tokens, agg)
+        value_normalizer = aggregation_normalizer(mini.targets.action_mask, agg)
+        loss_token_count = float(loss_tokens.sum().clamp(min=1.0))
+        model_token_count = float(mini.tokens.model_token_mask.sum().clamp(min=1.0))
+        sums: dict[str, float] = defaultdict(float)
         self.optimizer.zero_grad(set_to_none=True)
         if self.critic_optimizer is not None:
             self.critic_optimizer.zero_grad(set_to_none=True)
         # Micro-batches of similar lengths waste little on padding; the sum over them is order-free.
-        mini = {k: v[mini["attention_mask"].sum(dim=1).argsort()] for k, v in mini.items()}
-        for start in range(0, mini["input_ids"].shape[0], config.micro_batch_size):
-            micro = _trim_padding({k: v[start : start + config.micro_batch_size] for k, v in mini.items()})
-            mask = micro["train_mask"]
-            share = float(mask.sum()) / tokens  # weight of this micro-batch in token-averaged diagnostics
-            logits, start = self._response_logits(self.model, micro)
+        mini = mini.rows(mini.tokens.attention_mask.sum(dim=1).argsort())
+        for first_row in range(0, mini.size, config.micro_batch_size):
+            micro = mini.rows(slice(first_row, first_row + config.micro_batch_size)).trimmed()
+            tokens, scored, targets = micro.tokens, micro.scored, micro.targets
+            mask = self._loss_token_mask(tokens)
+            logits, start = self._response_logits(self.model, tokens)
             pad = (start, 0)  # back to full-length [B, T] tensors, zeros on the skipped prompt positions
-            logprobs = F.pad(token_logprobs(logits, micro["input_ids"][:, start:], config.temperature), pad)
-            old_logprobs = micro["old_logprobs"] if "old_logprobs" in micro else logprobs.detach()
-            # The entropy only needs a graph when it is part of the loss.
-            with torch.set_grad_enabled(config.entropy_coef > 0):
+            logprobs = F.pad(token_logprobs(logits, tokens.input_ids[:, start:], config.temperature), pad)
+            old_logprobs = scored.old_logprobs if scored.old_logprobs is not None else logprobs.detach()
+            with torch.set_grad_enabled(config.entropy_coef > 0):  # a graph only when it is in the loss
                 entropy = F.pad(entropy_from_logits(logits, config.temperature), pad)
+            zero = logprobs.new_zeros(())
+
             # PPO Eq. 7 on the masked tokens (Agent-R1's action mask); losses.py holds the equations.
             pg = policy_loss(
                 logprobs,
                 old_logprobs,
-                micro["advantages"],
+                targets.advantages,
                 mask,
                 config.clip_low,
                 config.clip_high,
                 config.dual_clip,
                 agg,
                 normalizer,
-                config.max_context_tokens,
+                length,
             )
-            entropy_term = aggregate(entropy, mask, agg, normalizer, config.max_context_tokens)
-            loss = pg.loss - config.entropy_coef * entropy_term
-            if config.kl_coef > 0:
-                kl = kl_penalty(logprobs, micro["ref_logprobs"], config.kl_estimator)
-                loss = loss + config.kl_coef * aggregate(kl, mask, agg, normalizer, config.max_context_tokens)
-                sums[m.KL_REF] = sums.get(m.KL_REF, 0.0) + share * float(masked_mean(kl.detach(), mask))
-            loss.backward()
-            model_tokens = micro["loss_mask"].float()
-            sums["_sampler_diff"] = sums.get("_sampler_diff", 0.0) + float(
-                ((old_logprobs - micro["sampling_logprobs"]).abs() * model_tokens).sum()
-            )
-            sums["_model_tokens"] = sums.get("_model_tokens", 0.0) + float(model_tokens.sum())
-            for key, value in ((m.POLICY_LOSS, pg.loss), (m.ENTROPY, entropy_term)):
-                sums[key] = sums.get(key, 0.0) + float(value.detach())
-            for key, value in (
-                (m.CLIPFRAC, pg.clipfrac),
-                (m.APPROX_KL, pg.approx_kl),
-                (m.DUAL_CLIPFRAC, pg.dual_clipfrac),
-            ):
-                sums[key] = sums.get(key, 0.0) + share * float(value)
-            if self.critic is not None:
-                values = self.critic(micro["input_ids"])
+            entropy_loss = aggregate(entropy, mask, agg, normalizer, length)
+            kl = kl_penalty(logprobs, scored.ref_logprobs, config.kl_estimator) if config.kl_coef > 0 else None
+            kl_loss = aggregate(kl, mask, agg, normalizer, length) if kl is not None else zero
+            values = self.critic(tokens.input_ids) if self.critic is not None else None
+            v_loss, v_clipfrac = zero, zero
+            if values is not None:
                 v_loss, v_clipfrac = value_loss(
                     values,
-                    micro["values"],
-                    micro["returns"],
-                    micro["action_mask"],
+                    scored.values,
+                    targets.returns,
+                    targets.action_mask,
                     config.value_clip,
                     agg,
                     value_normalizer,
-                    config.max_context_tokens,
+                    length,
                 )
-                v_loss.backward()
-                sums[m.VALUE_LOSS] = sums.get(m.VALUE_LOSS, 0.0) + float(v_loss.detach())
-                sums[m.VALUE_CLIPFRAC] = sums.get(m.VALUE_CLIPFRAC, 0.0) + share * float(v_clipfrac)
+            # The critic is a separate model, so its loss adds no gradient to the policy (critic.py).
+            loss = pg.loss - config.entropy_coef * entropy_loss + config.kl_coef * kl_loss + v_loss
+            loss.backward()
+
+            share = float(mask.sum()) / loss_token_count  # this micro-batch's weight in token-averaged stats
+            model_tokens = tokens.model_token_mask.float()
+            sums[m.POLICY_LOSS] += float(pg.loss.detach())
+            sums[m.CLIPFRAC] += share * float(pg.clipfrac)
+            sums[m.APPROX_KL] += share * float(pg.approx_kl)
+            sums[m.DUAL_CLIPFRAC] += share * float(pg.dual_clipfrac)
+            # Over model tokens whatever the loss mask, so runs with it on and off stay comparable.
+            sums[m.ENTROPY] += float((entropy.detach() * model_tokens).sum()) / model_token_count
+            sums[m.SAMPLER_LOGPROB_DIFF] += float(
+                ((old_logprobs - tokens.sampling_logprobs).abs() * model_tokens).sum() / model_token_count
+            )
+            if kl is not None:
+                sums[m.KL_REF] += share * float(masked_mean(kl.detach(), mask))
+            if values is not None:
+                sums[m.VALUE_LOSS] += float(v_loss.detach())
+                sums[m.VALUE_CLIPFRAC] += share * float(v_clipfrac)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.requires_grad], config.max_grad_norm
         )
@@ -515,9 +435,7 @@ class Trainer:
             self.critic_optimizer.step()
             self.critic_scheduler.step()
         sums[m.GRAD_NORM] = float(grad_norm)
-        # |sampler - trainer| log-prob on model tokens: ~0 when the backend and the trainer agree
-        sums[m.SAMPLER_LOGPROB_DIFF] = sums.pop("_sampler_diff") / max(sums.pop("_model_tokens"), 1.0)
-        return sums
+        return dict(sums)
 
     # ------------------------------------------------------------------------------------------ loop
 
@@ -532,19 +450,18 @@ class Trainer:
         if not trajectories:
             raise RuntimeError("the rollout collector returned no trajectories")
         rollout_s = time.perf_counter() - started
-        batch = {k: v.to(self.device) for k, v in collate(trajectories, self.pad_id).items()}
-        batch["sampling_logprobs"] = batch.pop("old_logprobs")
-        batch.update(self._score_batch(batch))
-        self.compute_advantages(batch, trajectories)
-        stats = self._update(batch)
+        batch = collate(trajectories, self.pad_id).to(self.device)
+        scored = self.score(batch)
+        targets = self.compute_advantages(batch, scored)
+        stats = self._update(UpdateBatch(batch, scored, targets))
         self.step += 1
         elapsed = time.perf_counter() - started
         metrics = {
             **episode_metrics(trajectories),
             **stats,
-            m.ADVANTAGE_MEAN: float(masked_mean(batch["advantages"], batch["action_mask"])),
+            m.ADVANTAGE_MEAN: float(masked_mean(targets.advantages, targets.action_mask)),
             m.LEARNING_RATE: self.scheduler.get_last_lr()[0],
-            m.TOKENS_PER_S: float(batch["response_mask"].sum()) / max(elapsed, 1e-9),
+            m.TOKENS_PER_S: float(batch.response_mask.sum()) / max(elapsed, 1e-9),
             m.ROLLOUT_TIME: rollout_s,
             m.UPDATE_TIME: elapsed - rollout_s,
         }

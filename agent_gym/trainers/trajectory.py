@@ -4,6 +4,7 @@ A `Trajectory` is one step-level sample (Agent-R1 v0.1): a prompt, then a respon
 policy sampled interleaved with the tokens the environment inserted (tool results rendered with the chat
 template). Only model-sampled tokens carry `loss_mask = 1`; env tokens carry `loss_mask = 0` and a sampling
 log-prob of 0.0. Rewards are per turn and are placed on the turn's last model token (DESIGN §7).
+`collate` pads trajectories into a `TokenBatch` (batch.py), the first record of the trainer's data path.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+
+from agent_gym.trainers.batch import TokenBatch
 
 
 @dataclass
@@ -26,7 +29,8 @@ class Trajectory:
         sampling_logprobs: log-prob of each sampled token under the sampling policy (0.0 on env tokens).
         turn_end_indices: index in `response_ids` of each turn's last model token.
         turn_rewards: the env reward of each turn, aligned with `turn_end_indices`.
-        outcome: the episode's final reward (the reward of its last step).
+        outcome: the episode's return, the sum of its turn rewards (every step-level sample of the episode
+            carries the same value).
         group_id: GRPO group key (all episodes of one task in one batch share it).
         info: free-form metadata (task_id, finish reasons, reward components, number of tool calls, ...).
     """
@@ -69,20 +73,19 @@ class Trajectory:
         return rewards
 
 
-def collate(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad trajectories into one batch for a causal-LM forward pass.
+def group_index(group_ids: Sequence[str]) -> torch.Tensor:
+    """Map group keys (task ids) to contiguous integers ``[B]`` in order of first appearance."""
+    seen: dict[str, int] = {}
+    return torch.tensor([seen.setdefault(g, len(seen)) for g in group_ids], dtype=torch.long)
+
+
+def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TokenBatch:
+    """Pad trajectories into one `TokenBatch` for a causal-LM forward pass.
 
     Layout: RIGHT padding of the concatenation `prompt_ids + response_ids`, so row i holds its prompt at
-    positions `[0, prompt_lengths[i])` and its response right after it, then padding.
-    Every per-response tensor (`response_mask`, `loss_mask`, `old_logprobs`, `token_rewards`) has the same
-    shape `[B, T]` as `input_ids` and is aligned with it position by position: the value for the token at
-    `input_ids[i, t]` sits at `[i, t]` (zero on prompt and padding positions). The log-prob of the token at
-    position t comes from the logits at position t - 1.
-
-    Returns:
-        input_ids (long), attention_mask (long), response_mask (long: 1 on every response token, model or
-        env), loss_mask (long: 1 on model-sampled tokens only), old_logprobs (float32), token_rewards
-        (float32), prompt_lengths (long, shape [B]).
+    positions `[0, prompt_lengths[i])` and its response right after it, then padding. Every per-token tensor
+    has the shape `[B, T]` of `input_ids` and is aligned with it (see batch.py). A trajectory's `loss_mask`
+    becomes `model_token_mask`, its `outcome` `episode_returns`, its `group_id` `group_index`.
     """
     if not trajectories:
         raise ValueError("collate() needs at least one trajectory")
@@ -91,8 +94,8 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((batch, width), dtype=torch.long)
     response_mask = torch.zeros((batch, width), dtype=torch.long)
-    loss_mask = torch.zeros((batch, width), dtype=torch.long)
-    old_logprobs = torch.zeros((batch, width), dtype=torch.float32)
+    model_token_mask = torch.zeros((batch, width), dtype=torch.long)
+    sampling_logprobs = torch.zeros((batch, width), dtype=torch.float32)
     token_rewards = torch.zeros((batch, width), dtype=torch.float32)
     prompt_lengths = torch.zeros((batch,), dtype=torch.long)
     for row, trajectory in enumerate(trajectories):
@@ -100,16 +103,18 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> dict[str, torch.
         input_ids[row, :end] = torch.tensor(trajectory.prompt_ids + trajectory.response_ids, dtype=torch.long)
         attention_mask[row, :end] = 1
         response_mask[row, start:end] = 1
-        loss_mask[row, start:end] = torch.tensor(trajectory.loss_mask, dtype=torch.long)
-        old_logprobs[row, start:end] = torch.tensor(trajectory.sampling_logprobs, dtype=torch.float32)
+        model_token_mask[row, start:end] = torch.tensor(trajectory.loss_mask, dtype=torch.long)
+        sampling_logprobs[row, start:end] = torch.tensor(trajectory.sampling_logprobs, dtype=torch.float32)
         token_rewards[row, start:end] = torch.tensor(trajectory.token_rewards(), dtype=torch.float32)
         prompt_lengths[row] = start
-    return {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "response_mask": response_mask,
-        "loss_mask": loss_mask,
-        "old_logprobs": old_logprobs,
-        "token_rewards": token_rewards,
-        "prompt_lengths": prompt_lengths,
-    }
+    return TokenBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        model_token_mask=model_token_mask,
+        sampling_logprobs=sampling_logprobs,
+        token_rewards=token_rewards,
+        prompt_lengths=prompt_lengths,
+        episode_returns=torch.tensor([t.outcome for t in trajectories], dtype=torch.float32),
+        group_index=group_index([t.group_id for t in trajectories]),
+    )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent_gym.envs.datasets.download import DatasetNotAvailable
+from agent_gym.jsonl import iter_jsonl
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -78,19 +79,10 @@ def read_json_records(path: str | Path, layout: str = "") -> list[dict[str, Any]
 
 
 def _parse_json_lines(path: Path, content: str, expected: str) -> list[Any]:
-    records = []
-    for line_number, line in enumerate(content.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            if not records:  # maybe one JSON object spread over lines (an indented dump)
-                try:
-                    return [json.loads(content)]
-                except json.JSONDecodeError:
-                    pass
-            raise DatasetFormatError(
-                f"{path}: line {line_number} is not valid JSON ({error}){expected}"
-            ) from error
-    return records
+    try:
+        return [record for _, record in iter_jsonl(content.splitlines(), path, DatasetFormatError)]
+    except DatasetFormatError as error:
+        try:  # maybe one JSON object spread over lines (an indented dump)
+            return [json.loads(content)]
+        except json.JSONDecodeError:
+            raise DatasetFormatError(f"{error}{expected}") from None

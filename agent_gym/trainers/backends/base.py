@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -38,9 +38,18 @@ class Generation:
     finish_reason: FinishReason
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingParams:
-    """Backend-independent sampling settings."""
+    """Backend-independent sampling settings of one `generate` call.
+
+    Attributes:
+        max_new_tokens: the most tokens sampled per prompt.
+        temperature: 0 is greedy; log-probs are taken at this temperature (see the module docstring).
+        top_p: nucleus mass (1.0 = off).
+        stop_token_ids: ids that end a continuation (kept as its last token).
+        stop_strings: texts that end a continuation (kept, with the token that completed them).
+        seed: sampling seed, for reproducible samples (equal prompts of one call still get different ones).
+    """
 
     max_new_tokens: int = 256
     temperature: float = 1.0
@@ -50,6 +59,8 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
@@ -62,17 +73,8 @@ class GenerationBackend(abc.ABC):
     """Samples continuations of token-id prompts for the rollout collector."""
 
     @abc.abstractmethod
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int = 256,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop_token_ids: Sequence[int] = (),
-        stop_strings: Sequence[str] = (),
-        seed: int | None = None,
-    ) -> list[Generation]:
-        """Continue every prompt; one `Generation` per prompt, in order."""
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """Continue every prompt under `params`; one `Generation` per prompt, in order."""
 
     def sync_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - optional hook, no-op by default
         """Load the trainer's current weights (no-op for backends that share the trainer's model)."""
@@ -85,6 +87,24 @@ class GenerationBackend(abc.ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def split_stop_strings(tokenizer: Any, params: SamplingParams) -> tuple[set[int], list[str]]:
+    """Stop ids (``params.stop_token_ids`` and stop strings that are one token), and the other stop strings.
+
+    A stop string that is one *added* token (e.g. "</tool_call>" in Qwen2.5 and our tokenizers) is matched by
+    id, which is exact because added tokens are never merged with text. Any other stop string may hide inside
+    a longer token, so it is left to a check on decoded text.
+    """
+    stop_ids = set(params.stop_token_ids)
+    text_stops: list[str] = []
+    added = tokenizer.get_added_vocab() if params.stop_strings else {}
+    for text in params.stop_strings:
+        if text in added:
+            stop_ids.add(added[text])
+        else:
+            text_stops.append(text)
+    return stop_ids, text_stops
 
 
 def validate_prompts(prompts: Sequence[Sequence[int]], vocab_size: int | None = None) -> None:

@@ -96,21 +96,9 @@ class OpenAIBackend(GenerationBackend):
             token_ids=list(token_ids), logprobs=[float(x) for x in logprobs], finish_reason=finish
         )
 
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int = 256,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop_token_ids: Sequence[int] = (),
-        stop_strings: Sequence[str] = (),
-        seed: int | None = None,
-    ) -> list[Generation]:
-        params = SamplingParams(
-            max_new_tokens, temperature, top_p, tuple(stop_token_ids), tuple(stop_strings), seed
-        )
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         validate_prompts(prompts)
-        seeds = [None if seed is None else seed + index for index in range(len(prompts))]
+        seeds = [None if params.seed is None else params.seed + index for index in range(len(prompts))]
         return list(
             self.pool.map(
                 lambda args: self._complete(args[0], params, args[1]), zip(prompts, seeds, strict=True)

@@ -117,22 +117,10 @@ class VLLMBackend(GenerationBackend):
             )
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
 
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        max_new_tokens: int = 256,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        stop_token_ids: Sequence[int] = (),
-        stop_strings: Sequence[str] = (),
-        seed: int | None = None,
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm import TokensPrompt
 
-        params = SamplingParams(
-            max_new_tokens, temperature, top_p, tuple(stop_token_ids), tuple(stop_strings), seed
-        )
         validate_prompts(prompts, self.vocab_size)
 
         def sampling(index: int) -> Any:
