@@ -201,3 +201,31 @@ def test_tokenizer_from_env_learns_its_corpus_and_prompts(tmp_path):
 def test_unknown_env_id_is_a_clear_error():
     with pytest.raises(ModelInitError, match="cannot make env"):
         texts_from_env("AgentGymTest/NoSuchEnv-v0")
+
+
+def test_letters_pre_tokenizer_gives_a_name_the_same_ids_in_prose_and_in_json() -> None:
+    corpus = [f"Doc {i} (Title: Hikric Brunourk) Hikric Brunourk was born in Touzalm." for i in range(50)]
+    name_ids = {}
+    for split in ("letters", "qwen2"):
+        tokenizer = train_tokenizer(corpus, vocab_size=400, pre_tokenizer=split)
+        name = tokenizer("Hikric Brunourk", add_special_tokens=False)["input_ids"]
+        prose = tokenizer("He met Hikric Brunourk there.", add_special_tokens=False)["input_ids"]
+        query = tokenizer('{"query": "Hikric Brunourk"}', add_special_tokens=False)["input_ids"]
+        contains = [any(ids[i : i + len(name)] == name for i in range(len(ids))) for ids in (prose, query)]
+        name_ids[split] = all(contains)
+    assert name_ids == {"letters": True, "qwen2": False}
+
+
+def test_unknown_pre_tokenizer_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ModelInitError, match="letters"):
+        train_tokenizer(CORPUS, vocab_size=512, pre_tokenizer="words")
+
+
+def test_search_tool_reports_its_corpus_texts_to_a_tokenizer_trainer() -> None:
+    from agent_gym.envs.synthetic_world import generate_world
+
+    env = gym.make("AgentR1-SynthHop-v0", num_pages=60)
+    texts = env.unwrapped.corpus_texts()
+    env.close()
+    pages = generate_world(num_pages=60, seed=0).pages
+    assert all(f"{page.title} {page.text}" in texts for page in pages)

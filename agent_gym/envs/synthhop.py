@@ -39,7 +39,7 @@ def _search_tool(num_pages: int, world_seed: int, retriever: str, top_k: int) ->
 
     world = synthetic_world(num_pages, world_seed)
     documents = [Document(page.id, page.title, page.text) for page in world.pages]
-    return SearchTool(make_retriever(retriever, documents), top_k=top_k,
+    return SearchTool(make_retriever(retriever, documents), top_k=top_k, documents=documents,
                       description="Search the encyclopedia of this world; returns the best-matching pages.")
 
 

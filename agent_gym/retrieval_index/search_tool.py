@@ -36,8 +36,10 @@ class SearchTool(Tool):
         name: str = "search",
         description: str = "Search Wikipedia and return the most relevant passages for a query.",
         max_query_chars: int = 512,
+        documents: Sequence[Any] | None = None,
     ) -> None:
         self.retriever = retriever
+        self.documents = documents  # optional: the corpus's records, for corpus_texts()
         self.top_k = top_k
         self.name = name
         self.description = description
@@ -47,6 +49,11 @@ class SearchTool(Tool):
             "properties": {"query": {"type": "string", "description": "what to search for, in a few words"}},
             "required": ["query"],
         }
+
+    def corpus_texts(self) -> list[str]:
+        """The corpus's pages as text (title, then body), when the tool was given its ``documents``: a
+        tokenizer trained for this tool should see every word a search can return."""
+        return [f"{document.title} {document.text}" for document in self.documents or ()]
 
     def run(self, query: str) -> ToolResult:
         return self.run_batch([{"query": query}])[0]

@@ -34,11 +34,20 @@ MARKUP_TOKENS = (
 )
 SPECIAL_TOKENS = CONTROL_TOKENS + MARKUP_TOKENS
 
-# Qwen2's pre-tokenizer split (digits one by one, so numbers never merge into opaque tokens).
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-    r"|\s+(?!\S)|\s+"
-)
+# Pre-tokenizer splits (digits one by one in both, so numbers never merge into opaque tokens).
+# qwen2: Qwen2's own, which attaches the space (or quote) before a word to it.
+# letters: every run of letters on its own, spaces as tokens of their own, so a word has the same ids in prose
+# (" Hikric"), after a quote ('"Hikric') or at a line start. A from-scratch model can then copy a name out of
+# its context id for id; with qwen2's split 0 of 2,000 names had the same ids in a passage and in a JSON
+# query, so the model had to spell every name anew (measured, docs/RESULTS.md). Cost: ~45% more tokens.
+PRE_TOKENIZER_SPLITS = {
+    "qwen2": (
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+        r"|\s+(?!\S)|\s+"
+    ),
+    "letters": r"\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+DEFAULT_PRE_TOKENIZER = "letters"
 
 
 @dataclass(frozen=True)
@@ -70,12 +79,16 @@ def train_tokenizer(
     vocab_size: int,
     special_tokens: Sequence[str] = SPECIAL_TOKENS,
     chat_template: str = QWEN25_CHAT_TEMPLATE,
+    pre_tokenizer: str = DEFAULT_PRE_TOKENIZER,
 ) -> PreTrainedTokenizerFast:
     """Train a Qwen2-style byte-level BPE tokenizer on `texts` and wrap it for transformers.
 
     Byte-level BPE round-trips any string exactly (decode(encode(s)) == s), which the rollout relies on when
-    it hands decoded actions to the env. `special_tokens` become single added tokens.
+    it hands decoded actions to the env. `special_tokens` become single added tokens. `pre_tokenizer` names a
+    split of :data:`PRE_TOKENIZER_SPLITS` (``letters``, the default, lets a model copy names id for id).
     """
+    if pre_tokenizer not in PRE_TOKENIZER_SPLITS:
+        raise ModelInitError(f"unknown pre_tokenizer {pre_tokenizer!r}; choose one of {sorted(PRE_TOKENIZER_SPLITS)}")
     texts = [text for text in texts if text]
     if not texts:
         raise ModelInitError("train_tokenizer needs a non-empty corpus of texts")
@@ -86,7 +99,7 @@ def train_tokenizer(
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(_QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(PRE_TOKENIZER_SPLITS[pre_tokenizer]), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -149,11 +162,12 @@ def init_model(
     preset: str = "tiny",
     vocab_size: int | None = None,
     seed: int = 0,
+    pre_tokenizer: str = DEFAULT_PRE_TOKENIZER,
 ) -> Path:
     """Train a tokenizer on `texts`, build a model, and save both to `out_dir` (a Hugging Face directory)."""
     if preset not in PRESETS:
         raise ModelInitError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
-    tokenizer = train_tokenizer(texts, vocab_size or PRESETS[preset].vocab_size)
+    tokenizer = train_tokenizer(texts, vocab_size or PRESETS[preset].vocab_size, pre_tokenizer=pre_tokenizer)
     model = build_model(preset, tokenizer, seed=seed)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -255,6 +269,13 @@ def add_model_init_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_env_kwargs_arguments(parser)  # for --corpus-from-env
     parser.add_argument("--num-prompts", type=int, default=256, help="env resets sampled for prompt texts")
+    parser.add_argument(
+        "--pre-tokenizer",
+        choices=sorted(PRE_TOKENIZER_SPLITS),
+        default=DEFAULT_PRE_TOKENIZER,
+        help="how text is split before BPE: 'letters' (default) gives a word the same ids wherever it stands, "
+        "so a from-scratch model can copy names; 'qwen2' is Qwen2's split (space attached to the word)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
 
 
@@ -268,7 +289,9 @@ def run_model_init(ns: argparse.Namespace) -> int:
         texts = texts_from_env(ns.corpus_from_env, num_prompts=ns.num_prompts, env_kwargs=env_kwargs)
     else:
         texts = read_corpus_file(ns.corpus)
-    out = init_model(texts, ns.out, preset=ns.preset, vocab_size=ns.vocab_size, seed=ns.seed)
+    out = init_model(
+        texts, ns.out, preset=ns.preset, vocab_size=ns.vocab_size, seed=ns.seed, pre_tokenizer=ns.pre_tokenizer
+    )
     model, tokenizer = load_model_and_tokenizer(out)
     print(
         f"saved {ns.preset} model ({count_parameters(model) / 1e6:.2f}M parameters, "
