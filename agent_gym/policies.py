@@ -233,12 +233,16 @@ POLICIES: dict[str, type] = {
 }
 
 
-def make_policy(name: str, seed: int = 0) -> Policy:
-    """Build a scripted policy by name."""
+def make_policy(name: str, seed: int = 0, **options: Any) -> Policy:
+    """Build a scripted policy by name; ``options`` go to its constructor (e.g. ``p_multihop=0.4``)."""
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}")
-    if name == "random":
-        return RandomPolicy(seed)
-    if name == "weak-multihop":
-        return WeakMultiHopPolicy(seed=seed)
+    accepted = {"random": ("seed",), "weak-multihop": ("seed", "p_multihop")}.get(name, ())
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"policy {name!r} takes no option {', '.join(unknown)}; its options: {list(accepted) or 'none'}"
+        )
+    if "seed" in accepted:
+        return POLICIES[name](**{"seed": seed, **options})
     return POLICIES[name]()
