@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from agent_gym.env import ToolEnv
+from agent_gym.error import AgentGymError
 from agent_gym.formats import ToolCall
 from agent_gym.rewards import normalize_answer
 
@@ -23,7 +24,7 @@ __all__ = ["Policy", "PolicyError", "OraclePolicy", "GoldSearchPolicy", "NaiveRA
 UNKNOWN_ANSWER = "unknown"
 
 
-class PolicyError(ValueError):
+class PolicyError(AgentGymError, ValueError):
     """A scripted policy cannot play this env's tasks (the oracle needs gold decompositions)."""
 
 

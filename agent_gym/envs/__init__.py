@@ -15,7 +15,7 @@ SUITE: dict[str, tuple[str, str, dict]] = {
         {},
     ),
     "AgentR1-Calculator-v0": (
-        "agent_gym.envs.arithmetic:make_calculator_env",
+        "agent_gym.envs.calculator:make_calculator_env",
         "arithmetic word problems solved with a safe `calculate` tool; offline",
         {},
     ),
