@@ -26,6 +26,17 @@ class Hop:
 
 
 @dataclass(frozen=True)
+class CheckResult:
+    """A checker's verdict with its detail (e.g. how many hidden tests passed), for ``info["check"]``."""
+
+    score: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __float__(self) -> float:
+        return float(self.score)
+
+
+@dataclass(frozen=True)
 class Task:
     """One episode's task.
 
@@ -40,7 +51,8 @@ class Task:
         kind: a short label, e.g. ``"bridge"``, ``"comparison"``, ``"arithmetic"``.
         metadata: anything else the source keeps (dataset fields, hop count, ...).
         checker: optional ``checker(answer) -> float`` in [0, 1] that replaces EM for tool tasks
-            whose answers are not strings to match (e.g. numbers).
+            whose answers are not strings to match (e.g. numbers, programs). It may return a
+            :class:`CheckResult` instead, whose ``details`` the env reports as ``info["check"]``.
     """
 
     id: str
