@@ -30,6 +30,12 @@ SUITE: dict[str, tuple[str, str, dict]] = {
         "MBPP from its official file (data_path=mbpp.jsonl), solved like HumanEval with a sandboxed run_python",
         {},
     ),
+    "AgentR1-Math-v0": (
+        "agent_gym.envs.reasoning_math:make_math_env",
+        "procedural math from reasoning-gym families (tasks=...), scored by reasoning-gym; run_python and "
+        "calculate tools; offline",
+        {},
+    ),
     "AgentR1-HotpotQA-v0": (
         "agent_gym.envs.multihop_qa:make_hotpotqa_env",
         "HotpotQA multi-hop questions with Wikipedia search (distractor corpus, a JSONL corpus or a server)",
