@@ -6,6 +6,7 @@ Task sources are plain sequences of tasks; :class:`TaskSet` adds lookup by id.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,3 +129,10 @@ class TaskSet(Sequence[Task]):
         first = [self._tasks[i] for i in sorted(order[:cut])]
         second = [self._tasks[i] for i in sorted(order[cut:])]
         return TaskSet(first, f"{self.name}[:{fraction}]"), TaskSet(second, f"{self.name}[{fraction}:]")
+
+
+def in_test_split(text: str, test_fraction: float) -> bool:
+    """A stable partition by content: True for about ``test_fraction`` of all texts, the same on every machine,
+    so generated train and test splits never share a question whatever their seeds."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") < test_fraction * 2**64

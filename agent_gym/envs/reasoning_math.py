@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_gym.env import ToolEnv
-from agent_gym.tasks import CheckResult, Hop, Task, TaskSet
+from agent_gym.tasks import CheckResult, Hop, Task, TaskSet, in_test_split
 from agent_gym.tools.calculator import calculate
 from agent_gym.tools.run_python import PythonTool
 from agent_gym.tools.sandbox import Sandbox, SandboxLimits
@@ -135,11 +135,6 @@ def _families(tasks: Sequence[str] | Mapping[str, Mapping[str, Any]] | str) -> d
     return families
 
 
-def _in_test_split(question: str) -> bool:
-    digest = hashlib.sha256(question.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") < TEST_FRACTION * 2**64
-
-
 def _family_seed(family: str, seed: int, split: str) -> int:
     """Each (family, seed, split) draws from its own seed, the same on every machine."""
     return int.from_bytes(hashlib.sha256(f"{family}|{seed}|{split}".encode()).digest()[:4], "big")
@@ -178,7 +173,7 @@ def generate_math_tasks(tasks: Sequence[str] | Mapping[str, Mapping[str, Any]] |
                                  f"size={size}; ask for fewer, or widen the family's settings")
             entry = dataset[index]
             question = str(entry["question"])
-            if question not in seen and _in_test_split(question) == want_test:
+            if question not in seen and in_test_split(question, TEST_FRACTION) == want_test:
                 break
         seen.add(question)
         answer = str(entry["answer"])

@@ -6,14 +6,13 @@ solve it, so the scripted oracle can replay them.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from agent_gym.tasks import Hop, Task
+from agent_gym.tasks import Hop, Task, in_test_split
 from agent_gym.tools.calculator import format_number, safe_eval
 
 __all__ = ["NumberChecker", "generate_arithmetic_tasks", "parse_number"]
@@ -200,12 +199,6 @@ _TEMPLATES: tuple[Callable[[random.Random, _Steps], str], ...] = (
 )  # fmt: skip
 
 
-def _in_test_split(question: str) -> bool:
-    """A stable partition by content, so train and test never share a question whatever their seeds."""
-    digest = hashlib.sha256(question.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") < TEST_FRACTION * 2**64
-
-
 def generate_arithmetic_tasks(n: int, seed: int = 0, split: str = "train") -> list[Task]:
     """``n`` distinct arithmetic word problems of 2-4 operations on multi-digit numbers.
 
@@ -226,7 +219,7 @@ def generate_arithmetic_tasks(n: int, seed: int = 0, split: str = "train") -> li
         template = _TEMPLATES[len(tasks) % len(_TEMPLATES)]
         steps = _Steps()
         question = template(rng, steps)
-        if question in seen or _in_test_split(question) != want_test:
+        if question in seen or in_test_split(question, TEST_FRACTION) != want_test:
             continue
         seen.add(question)
         answer = steps.hops[-1].answer
