@@ -14,6 +14,13 @@ from agent_gym.retrieval_index.manifest import IndexMismatchError, IndexNotFound
 from agent_gym.retrieval_index.pyserini_backend import PyseriniUnavailableError
 from agent_gym.tools.calculator import CalculatorError
 from agent_gym.tools.sandbox import SandboxError, SandboxUnavailable
+from agent_gym.trainers.backends.base import GenerationError
+from agent_gym.trainers.chat_template import ChatTemplateError
+from agent_gym.trainers.checkpoint import CheckpointError
+from agent_gym.trainers.config import ConfigError
+from agent_gym.trainers.model_init import ModelInitError
+from agent_gym.trainers.model_policy import ModelPolicyError
+from agent_gym.trainers.rollout import RolloutError
 
 ERRORS_AND_OLD_BASES = [
     (CalculatorError, ValueError),
@@ -28,6 +35,13 @@ ERRORS_AND_OLD_BASES = [
     (IndexMismatchError, RetrievalError),
     (SandboxError, RuntimeError),
     (SandboxUnavailable, RuntimeError),
+    (GenerationError, RuntimeError),
+    (ChatTemplateError, ValueError),
+    (CheckpointError, RuntimeError),
+    (ConfigError, ValueError),
+    (ModelInitError, ValueError),
+    (ModelPolicyError, RuntimeError),
+    (RolloutError, RuntimeError),
 ]
 
 
