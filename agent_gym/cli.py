@@ -152,7 +152,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
     parser.add_argument("--policy", default="naive-rag",
                         help="scripted policies, comma-separated: oracle (needs gold decompositions), "
-                             "gold-search, naive-rag, weak-multihop, random (ignored with --model)")
+                             "gold-search, naive-rag, weak-multihop, random, stub (coding envs) (ignored with "
+                             "--model)")
     parser.add_argument("--model", default=None,
                         help="evaluate this model (a directory, a training run's directory, or a HF name); greedy "
                              "unless --best-of or --value-guided")

@@ -19,6 +19,7 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
 
+from agent_gym.error import AgentGymError
 from agent_gym.trainers.chat_template import QWEN25_CHAT_TEMPLATE
 
 # Control tokens: never produced by plain text, skipped when decoding with skip_special_tokens.
@@ -72,7 +73,7 @@ PRESETS: dict[str, ModelPreset] = {
 }
 
 
-class ModelInitError(ValueError):
+class ModelInitError(AgentGymError, ValueError):
     """Bad input to model initialisation (empty corpus, unknown preset, unreadable file)."""
 
 

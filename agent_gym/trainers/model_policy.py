@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from agent_gym.error import AgentGymError
 from agent_gym.trainers.backends import GenerationBackend, SamplingParams, TransformersBackend
 from agent_gym.trainers.chat_template import render_prompt, turn_stop_token_ids
 
@@ -28,7 +29,7 @@ __all__ = ["SELECTIONS", "ModelPolicy", "ModelPolicyError", "best_candidate"]
 SELECTIONS = ("logprob", "value")
 
 
-class ModelPolicyError(RuntimeError):
+class ModelPolicyError(AgentGymError, RuntimeError):
     """The env handed the policy no context to continue (it breaks DESIGN §2's `info["messages"]`)."""
 
 
