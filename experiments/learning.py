@@ -1,20 +1,23 @@
-"""Show that it learns (issue 4): warm start a tiny model on a weak teacher, then RL it; EM table and curves.
+"""The agent learns (issue 7): a from-scratch model that copies, a warm start, then RL; tables and curves.
 
-End to end, with the `agent-gym` CLI only, so every command the table rests on is printed and logged:
+Stages, each skipped when its output exists (so a killed run resumes; every training command also resumes from
+its own last checkpoint):
 
-  1. `agent-gym model init --preset tiny`: a from-scratch Qwen2 model, BPE tokenizer trained on the world;
-  2. `agent-gym sft --policy weak-multihop`: the warm start (the teacher searches hop by hop in ~30% of the
-     episodes and answers from the question's top hit otherwise: EM ~0.27 on 2-hop bridge questions);
-  3. `agent-gym train` for each (algorithm, seed): GRPO, PPO, REINFORCE++, GRPO with the loss mask off,
-     at most ``--parallel`` processes at a time with one torch thread each (the machine has 2 cores);
-  4. the held-out greedy EM of the warm start (each run's step-0 eval) and of each run's last eval, as
-     mean ± spread (half the min-max range) over seeds, into ``OUT/table.md`` and ``OUT/results.json``;
-  5. `agent-gym plot` of the curves into ``OUT/curves-*.png``.
+  1. pretrain: `agent-gym model init` (letters tokenizer) + `agent-gym model pretrain` (induction warm-up,
+     pointer drills on never-seen names). Skipped when ``--pretrained DIR`` is given: the committed checkpoint
+     ``experiments/checkpoints/copy-tiny`` is the default, so the RL demonstration fits its time budget.
+  2. copy skill of the pretrained model on held-out worlds (the gate: >= 0.9 exact on every turn);
+  3. warm start: `agent-gym sft` on `weak-multihop` episodes, with drills mixed in;
+  4. warm-start check: held-out EM greedy and sampled at temperature 1, beside the teacher's own, and how often
+     it searches hop by hop;
+  5. RL: `agent-gym train` for each (variant, seed), ``--parallel`` processes with one thread each;
+  6. final held-out EM of every run, greedy and sampled (>= 200 questions of a held-out world);
+  7. value-guided decoding: greedy vs best-of-N by log-likelihood vs the PPO critic's choice;
+  8. the table (OUT/table.md), one record per run (OUT/learning.json, copied to docs/results/), the curves.
 
-A stage whose output already exists is skipped, so a killed experiment resumes where it stopped (each
-`agent-gym train` also resumes from its own last checkpoint).
-
-    python experiments/learning.py --out runs/learning --steps 60 --seeds 0 1 2
+    python experiments/learning.py --out runs/learning                 # everything
+    python experiments/learning.py --out runs/learning --only core     # warm start, GRPO and PPO x 3 seeds
+    python experiments/learning.py --copy-skill MODEL_DIR [...]        # the copy-skill gate only
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,14 +34,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+ROOT = Path(__file__).resolve().parent.parent
 ENV_ID = "AgentR1-SynthHop-v0"
-# Short contexts for a CPU budget (issue 4 brief): 2-hop bridge questions, 3 hits per search, a small world.
-WORLD = {"num_pages": 2000, "kinds": ["bridge"], "top_k": 3, "hops": 2}
-# The env truncates at max_turns (not the trainer's --max-turns), so an episode that never answers is paid the
-# paper's format penalty and reports its EM, instead of ending silently with reward 0.
-TRAIN_ENV = {**WORLD, "split": "train", "num_questions": 2000, "max_turns": 4}
-EVAL_OVERRIDES = {"split": "test", "num_questions": 500}
+PRETRAINED = ROOT / "experiments" / "checkpoints" / "copy-tiny"
+# 2-hop bridge questions about a 20,000-page world (so names rarely repeat between training episodes), 3 hits a
+# search, 4 turns at most (the env's own limit: an unanswered episode pays the paper's format penalty).
+TRAIN_ENV = {"num_pages": 20_000, "world_seed": 0, "kinds": ["bridge"], "hops": 2, "top_k": 3, "max_turns": 4,
+             "split": "train", "num_questions": 4000}
+# Held out: another world, so no name of an eval question was ever seen in training.
+EVAL_ENV = {**TRAIN_ENV, "world_seed": 1, "split": "test", "num_questions": 400}
+COPY_SKILL_ENV = {**EVAL_ENV, "num_pages": 2000, "world_seed": 424_242}
+TEACHER = "weak-multihop"
 
 
 @dataclass(frozen=True)
@@ -46,230 +55,437 @@ class Variant:
 
     name: str
     label: str
-    flags: tuple[str, ...]
+    algo: str
+    flags: tuple[str, ...] = ()
+    ablation: str = ""
 
 
 VARIANTS = {
-    "grpo": Variant("grpo", "GRPO", ("--algo", "grpo")),
-    # verl's critic lr (1e-5) is for a pretrained 3B backbone; this from-scratch critic needs a large one.
-    "ppo": Variant("ppo", "PPO", ("--algo", "ppo", "--critic-lr", "1e-3")),
-    "reinforce_pp": Variant("reinforce_pp", "REINFORCE++", ("--algo", "reinforce_pp")),
-    "grpo_no_loss_mask": Variant(
-        "grpo_no_loss_mask", "GRPO, loss mask off", ("--algo", "grpo", "--no-loss-mask")
-    ),
+    v.name: v
+    for v in (
+        Variant("grpo", "GRPO", "grpo"),
+        # verl's critic lr (1e-5) is for a pretrained 3B backbone; this small critic needs a larger one.
+        Variant("ppo", "PPO", "ppo", ("--critic-lr", "1e-3")),
+        Variant("reinforce_pp", "REINFORCE++", "reinforce_pp"),
+        Variant("rloo", "RLOO", "rloo"),
+        Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", ("--no-use-loss-mask",), "loss mask off"),
+        Variant("grpo_no_advantage_mask", "GRPO, advantage mask off", "grpo", ("--no-use-advantage-mask",),
+                "advantage mask off"),
+    )
 }
+GROUPS = {"core": ["grpo", "ppo"], "all": list(VARIANTS)}
 
 
-def _run(command: Sequence[str], log: Path) -> subprocess.Popen:
-    """Start `command` with one torch/OpenMP thread, stdout+stderr to `log`."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def _command_env(threads: int) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def _start(command: Sequence[str], log: Path, threads: int = 1) -> subprocess.Popen:
+    """Start `command` with `threads` torch/OpenMP threads, stdout+stderr appended to `log`."""
     print("$", shlex.join(command), flush=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     handle = log.open("a", encoding="utf-8")
-    return subprocess.Popen(list(command), stdout=handle, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(list(command), stdout=handle, stderr=subprocess.STDOUT, env=_command_env(threads))
 
 
-def _wait(process: subprocess.Popen, what: str) -> None:
+def _run(command: Sequence[str], log: Path, what: str, threads: int = 1) -> None:
+    process = _start(command, log, threads)
     if process.wait() != 0:
-        raise SystemExit(f"{what} failed (exit {process.returncode}); see its log")
+        raise SystemExit(f"{what} failed (exit {process.returncode}); see {log}")
 
 
-def init_and_warm_start(args: argparse.Namespace) -> Path:
-    """Stages 1-2; returns the warm-start model directory."""
+def _agent_gym(*args: str) -> list[str]:
+    return [sys.executable, "-m", "agent_gym.cli", *args]
+
+
+class Timings:
+    """Wall seconds of each stage, kept in OUT/timings.json across resumed runs."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / "timings.json"
+        self.values: dict[str, float] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+
+    def record(self, stage: str, seconds: float) -> None:
+        self.values[stage] = round(self.values.get(stage, 0.0) + seconds, 1)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.values, indent=2))
+        print(f"[{stage}] {seconds:.0f} s", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- stages
+
+
+def pretrain(args: argparse.Namespace, timings: Timings) -> Path:
+    """Stage 1: the pretrained model directory (given, committed, or built here)."""
+    if args.pretrained:
+        return Path(args.pretrained)
     out = Path(args.out)
-    init_dir, sft_dir = out / "init", out / "warmstart"
+    init_dir, run_dir = out / "init", out / "pretrain"
+    started = time.perf_counter()
     if not (init_dir / "config.json").is_file():
-        command = ["agent-gym", "model", "init", "--preset", "tiny", "--out", str(init_dir),
-                   "--corpus-from-env", ENV_ID, "--env-kwargs", json.dumps(WORLD), "--seed", "0"]
-        _wait(_run(command, out / "logs" / "init.log"), "model init")
-    if not (sft_dir / "config.json").is_file():
-        command = ["agent-gym", "sft", "--env", ENV_ID, "--env-kwargs", json.dumps(TRAIN_ENV),
-                   "--policy", "weak-multihop", "--model", str(init_dir), "--out", str(sft_dir),
-                   "--episodes", str(args.sft_episodes), "--epochs", str(args.sft_epochs),
-                   "--batch-size", str(args.sft_batch_size), "--lr", str(args.sft_lr)]
-        started = time.perf_counter()
-        _wait(_run(command, out / "logs" / "sft.log"), "sft")
-        print(f"sft: {time.perf_counter() - started:.0f} s", flush=True)
-    return sft_dir
+        _run(_agent_gym("model", "init", "--preset", "tiny", "--out", str(init_dir), "--corpus-from-env", ENV_ID,
+                        "--env-kwarg", "num_pages=20000", "--vocab-size", "3000", "--seed", "0"),
+             out / "logs" / "init.log", "model init", args.threads)
+    if not (run_dir / "final" / "config.json").is_file():
+        _run(_agent_gym("model", "pretrain", "--model", str(init_dir), "--output-dir", str(run_dir),
+                        "--induction-steps", str(args.induction_steps), "--drill-steps", str(args.drill_steps),
+                        "--eval-episodes", str(min(64, args.skill_episodes)),
+                        "--torch-threads", str(args.threads), "--no-show-progress"),
+             out / "logs" / "pretrain.log", "model pretrain", args.threads)
+        timings.record("pretrain", time.perf_counter() - started)
+    return run_dir / "final"
+
+
+def copy_skill(model_dir: str | Path, episodes: int = 200) -> dict[str, float]:
+    """Teacher-forced exactness of each turn of the oracle's held-out episodes (copy_skill.py)."""
+    from agent_gym.trainers.copy_skill import copy_skill as measure
+    from agent_gym.trainers.model_init import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    return measure(model, tokenizer, ENV_ID, {**COPY_SKILL_ENV, "num_questions": episodes}, episodes)
+
+
+def warm_start(args: argparse.Namespace, pretrained: Path, timings: Timings) -> Path:
+    """Stage 3: SFT on the teacher's episodes, drills mixed in (they keep the copy skill SFT would erode)."""
+    out_dir = Path(args.out) / "warmstart"
+    if (out_dir / "sft_summary.json").is_file():
+        return out_dir
+    started = time.perf_counter()
+    _run(_agent_gym("sft", "--env", ENV_ID, "--env-kwargs", json.dumps(TRAIN_ENV), "--policy", TEACHER,
+                    "--policy-kwarg", f"p_multihop={args.p_multihop}", "--model", str(pretrained),
+                    "--out", str(out_dir), "--episodes", str(args.sft_episodes), "--epochs", "1",
+                    "--batch-size", "4", "--lr", str(args.sft_lr), "--drill-tokens", str(args.sft_drill_tokens),
+                    "--save-every", "100", "--torch-threads", str(args.threads), "--seed", "0"),
+         Path(args.out) / "logs" / "sft.log", "sft", args.threads)
+    timings.record("warm start (sft)", time.perf_counter() - started)
+    return out_dir
+
+
+def heldout(model_dir: Path | None, temperature: float, episodes: int, seed: int = 0,
+            policy_options: dict[str, Any] | None = None) -> dict[str, float]:
+    """EM on the held-out world's first ``episodes`` questions, of a model (batched rollouts) or of the teacher.
+
+    ``multihop`` is the share of episodes that searched more than once (the teacher's hop-by-hop branch).
+    """
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401  (registers the env ids)
+
+    if model_dir is None:  # the scripted teacher
+        from agent_gym.evaluation import evaluate
+        from agent_gym.policies import make_policy
+
+        env = gym.make(ENV_ID, **EVAL_ENV)
+        records = evaluate(env, make_policy(TEACHER, seed=seed, **(policy_options or {})), episodes, seed=seed,
+                           progress=False)
+        env.close()
+        return {"em": statistics.mean(r.em for r in records), "episodes": len(records),
+                "multihop": statistics.mean(float(r.tool_calls > 1) for r in records)}
+    from agent_gym.trainers.backends import TransformersBackend
+    from agent_gym.trainers.model_init import load_model_and_tokenizer
+    from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
+
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    envs = [gym.make(ENV_ID, **EVAL_ENV) for _ in range(32)]
+    config = RolloutConfig(max_new_tokens=40, max_context_tokens=2048, temperature=temperature or 1.0,
+                           show_progress=False)
+    collector = RolloutCollector(envs, TransformersBackend(model, tokenizer), tokenizer, config)
+    specs = [{"seed": index, "options": {"task_index": index}} for index in range(episodes)]
+    trajectories = collector.collect(specs, group_size=1, greedy=temperature == 0, seed=seed)
+    collector.close()
+    firsts = [t for t in trajectories if t.info.get("sample_index", 0) == 0]
+    # A naive episode takes 2 turns (search the question, answer); a hop-by-hop one at least 3.
+    return {"em": statistics.mean(float(t.info.get("em", 0.0)) for t in firsts), "episodes": len(firsts),
+            "turns": statistics.mean(t.info["turns"] for t in firsts),
+            "multihop": statistics.mean(float(t.info["turns"] > 2) for t in firsts)}
+
+
+def check_warm_start(args: argparse.Namespace, model_dir: Path, timings: Timings) -> dict[str, Any]:
+    """Stage 4: the warm start against its teacher, greedy and at temperature 1 (cached in OUT)."""
+    path = Path(args.out) / "warmstart_eval.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    started = time.perf_counter()
+    # The teacher's "greedy" is its likelier branch every time: hop by hop only if p_multihop > 0.5.
+    greedy_teacher = {"p_multihop": 1.0 if args.p_multihop > 0.5 else 0.0}
+    result = {
+        "p_multihop": args.p_multihop,
+        "teacher": {"greedy": heldout(None, 0.0, args.eval_episodes, policy_options=greedy_teacher),
+                    "sampled": heldout(None, 1.0, args.eval_episodes, policy_options={"p_multihop": args.p_multihop})},
+        "warm_start": {"greedy": heldout(model_dir, 0.0, args.eval_episodes),
+                       "sampled": heldout(model_dir, 1.0, args.eval_episodes, seed=1)},
+    }
+    path.write_text(json.dumps(result, indent=2))
+    timings.record("warm-start check", time.perf_counter() - started)
+    return result
 
 
 def train_command(args: argparse.Namespace, model: Path, variant: Variant, seed: int) -> list[str]:
     """The `agent-gym train` command of one (variant, seed)."""
-    return [
-        "agent-gym", "train", "--env", ENV_ID, "--model", str(model),
-        "--env-kwargs", json.dumps(TRAIN_ENV), "--eval-env-kwargs", json.dumps(EVAL_OVERRIDES),
-        *variant.flags,
+    return _agent_gym(
+        "train", "--env", ENV_ID, "--model", str(model),
+        "--env-kwargs", json.dumps(TRAIN_ENV), "--eval-env-kwargs", json.dumps(EVAL_ENV),
+        "--algo", variant.algo, *variant.flags,
         "--seed", str(seed), "--total-steps", str(args.steps),
         "--tasks-per-step", str(args.tasks_per_step), "--group-size", str(args.group_size),
-        "--lr", str(args.lr), "--temperature", str(args.temperature),
-        "--max-new-tokens", str(args.max_new_tokens),
-        "--max-context-tokens", "2048",
+        "--lr", str(args.lr), "--temperature", "1.0", "--max-new-tokens", "40", "--max-context-tokens", "2048",
         # No reference model: the KL term (verl's 0.001) is negligible at this lr and costs a forward pass.
         "--kl-coef", "0",
-        "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
+        "--eval-every", str(args.eval_every), "--eval-episodes", str(args.curve_episodes),
         "--save-every", str(args.eval_every), "--torch-threads", "1",
         "--output-dir", str(Path(args.out) / "rl" / f"{variant.name}-s{seed}"),
         "--no-show-progress", "--no-tensorboard",
-    ]
+    )
 
 
-def run_rl(args: argparse.Namespace, model: Path) -> None:
-    """Stage 3: every (variant, seed) not yet finished, at most ``args.parallel`` at a time."""
+def run_rl(args: argparse.Namespace, model: Path, variants: Sequence[str], timings: Timings) -> None:
+    """Stage 5: every (variant, seed) not yet finished, at most ``args.parallel`` at a time."""
     jobs = []
     for seed in args.seeds:
-        for name in args.algos:
+        for name in variants:
             run_dir = Path(args.out) / "rl" / f"{name}-s{seed}"
             if not (run_dir / "final" / "config.json").is_file():
                 jobs.append((f"{name}-s{seed}", train_command(args, model, VARIANTS[name], seed)))
+    if not jobs:
+        return
+    started = time.perf_counter()
     running: list[tuple[str, subprocess.Popen, float]] = []
+    failed = []
     while jobs or running:
         while jobs and len(running) < args.parallel:
             label, command = jobs.pop(0)
-            process = _run(command, Path(args.out) / "logs" / f"{label}.log")
-            running.append((label, process, time.perf_counter()))
+            running.append((label, _start(command, Path(args.out) / "logs" / f"{label}.log"), time.perf_counter()))
         time.sleep(2)
         for entry in list(running):
-            label, process, started = entry
+            label, process, begun = entry
             if process.poll() is not None:
                 running.remove(entry)
                 status = "done" if process.returncode == 0 else f"FAILED (exit {process.returncode})"
-                print(f"{label}: {status} in {time.perf_counter() - started:.0f} s", flush=True)
+                print(f"{label}: {status} in {time.perf_counter() - begun:.0f} s", flush=True)
+                timings.record(f"rl {label}", time.perf_counter() - begun)
+                if process.returncode != 0:
+                    failed.append(label)
+    timings.record("rl grid (wall)", time.perf_counter() - started)
+    if failed:
+        raise SystemExit(f"RL runs failed: {failed}; see their logs in {Path(args.out) / 'logs'}")
 
 
-def _evals(run_dir: Path) -> list[tuple[int, float]]:
-    """(step, eval/em) of every eval the run logged."""
+def final_evals(args: argparse.Namespace, variants: Sequence[str], timings: Timings) -> None:
+    """Stage 6: greedy and sampled held-out EM of every finished run (cached in the run's directory)."""
+    started = time.perf_counter()
+    for seed in args.seeds:
+        for name in variants:
+            run_dir = Path(args.out) / "rl" / f"{name}-s{seed}"
+            path = run_dir / "final_eval.json"
+            if path.is_file() or not (run_dir / "final" / "config.json").is_file():
+                continue
+            result = {"greedy": heldout(run_dir / "final", 0.0, args.eval_episodes),
+                      "sampled": heldout(run_dir / "final", 1.0, args.eval_episodes, seed=1)}
+            path.write_text(json.dumps(result, indent=2))
+            print(f"{name}-s{seed}: {json.dumps(result)}", flush=True)
+    timings.record("final evals", time.perf_counter() - started)
+
+
+def value_guided(args: argparse.Namespace, timings: Timings) -> dict[str, Any]:
+    """Stage 7: on each PPO run, the same questions decoded greedily, best-of-N by log-likelihood, and
+    value-guided (N candidates, the critic's pick); EM and cost."""
+    path = Path(args.out) / "value_guided.json"
+    results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    started = time.perf_counter()
+    for seed in args.seeds:
+        run_dir = Path(args.out) / "rl" / f"ppo-s{seed}"
+        if f"ppo-s{seed}" in results or not (run_dir / "final" / "critic.pt").is_file():
+            continue
+        rows = {}
+        for label, flags in (("greedy", []), (f"best-of-{args.candidates}", ["--best-of", str(args.candidates)]),
+                             (f"value-guided-{args.candidates}", ["--value-guided", str(args.candidates)])):
+            out = Path(args.out) / "value_guided" / f"ppo-s{seed}-{label}.jsonl"
+            _run(_agent_gym("eval", ENV_ID, "--model", str(run_dir), *flags, "--episodes", str(args.vg_episodes),
+                            "--env-kwargs", json.dumps(EVAL_ENV), "--out", str(out), "--no-progress"),
+                 Path(args.out) / "logs" / "value_guided.log", f"eval {label}", 1)
+            records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+            rows[label] = {"em": statistics.mean(r["em"] for r in records), "episodes": len(records),
+                           "tokens_per_episode": statistics.mean(r["generated_tokens"] for r in records),
+                           "seconds_per_episode": statistics.mean(r["seconds"] for r in records)}
+        results[f"ppo-s{seed}"] = rows
+        path.write_text(json.dumps(results, indent=2))
+    timings.record("value-guided decoding", time.perf_counter() - started)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+
+def _curve(run_dir: Path, key: str) -> list[tuple[int, float]]:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return []
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    # An eval in which no episode reached the env's end reports no EM: none was answered, so EM 0.
-    return [(int(row["step"]), float(row.get("eval/em", 0.0))) for row in rows if "eval/reward" in row]
+    return [(int(row["step"]), float(row[key])) for row in rows if row.get(key) is not None]
 
 
 def _mean_spread(values: Sequence[float]) -> str:
     if not values:
         return "n/a"
-    spread = (max(values) - min(values)) / 2
-    return f"{100 * statistics.mean(values):.1f} ± {100 * spread:.1f} (n={len(values)})"
+    return f"{100 * statistics.mean(values):.1f} ± {100 * (max(values) - min(values)) / 2:.1f} (n={len(values)})"
 
 
-def summarize(args: argparse.Namespace) -> dict:
-    """Stages 4-5: the table and the curves."""
+def summarize(args: argparse.Namespace, variants: Sequence[str]) -> list[dict[str, Any]]:
+    """Stage 8: one record per run, the Markdown table, the curves."""
     out = Path(args.out)
-    results: dict = {"warm start": [], "runs": {}}
-    for name in args.algos:
-        finals, steps = [], []
+    warm = json.loads((out / "warmstart_eval.json").read_text())["warm_start"]
+    records = []
+    for name in variants:
         for seed in args.seeds:
-            evals = _evals(out / "rl" / f"{name}-s{seed}")
-            if not evals:
+            run_dir = out / "rl" / f"{name}-s{seed}"
+            final_path = run_dir / "final_eval.json"
+            if not final_path.is_file():
                 continue
-            if evals[0][0] == 0:
-                results["warm start"].append(evals[0][1])
-            if evals[-1][0] > 0:
-                finals.append(evals[-1][1])
-                steps.append(evals[-1][0])
-        results["runs"][name] = {"em": finals, "steps": steps}
-    # Every run starts from the same weights and evaluates the same held-out tasks greedily: one number.
-    warm = sorted(set(results["warm start"]))
-    lines = ["| agent | held-out EM (%), mean ± spread over seeds | gain over warm start (EM points) |",
-             "|---|---|---|",
-             f"| warm start (SFT on weak-multihop) | {_mean_spread(warm)} | — |"]
-    base = statistics.mean(warm) if warm else float("nan")
-    for name in args.algos:
-        finals = results["runs"][name]["em"]
-        gain = f"{100 * (statistics.mean(finals) - base):+.1f}" if finals and warm else "n/a"
-        lines.append(f"| {VARIANTS[name].label} | {_mean_spread(finals)} | {gain} |")
+            final = json.loads(final_path.read_text())
+            variant = VARIANTS[name]
+            records.append({
+                "run": f"{name}-s{seed}", "algorithm": variant.algo, "seed": seed, "ablation": variant.ablation,
+                "warm_start_em": {"greedy": warm["greedy"]["em"], "sampled": warm["sampled"]["em"]},
+                "final_em": {"greedy": final["greedy"]["em"], "sampled": final["sampled"]["em"]},
+                "final_multihop": {"greedy": final["greedy"]["multihop"], "sampled": final["sampled"]["multihop"]},
+                "eval_episodes": final["greedy"]["episodes"],
+                "em_curve": _curve(run_dir, "eval/em"), "reward_curve": _curve(run_dir, "charts/reward"),
+                "entropy_curve": _curve(run_dir, "losses/entropy"),
+            })
+    lines = ["| agent | greedy EM (%), mean ± half-range | gain (points) | sampled EM (%) | gain (points) |",
+             "|---|---|---|---|---|",
+             f"| warm start | {100 * warm['greedy']['em']:.1f} | — | {100 * warm['sampled']['em']:.1f} | — |"]
+    for name in variants:
+        rows = [r for r in records if r["run"].startswith(f"{name}-s")]
+        if not rows:
+            continue
+        greedy = [r["final_em"]["greedy"] for r in rows]
+        sampled = [r["final_em"]["sampled"] for r in rows]
+        lines.append(f"| {VARIANTS[name].label} | {_mean_spread(greedy)} | "
+                     f"{100 * (statistics.mean(greedy) - warm['greedy']['em']):+.1f} | {_mean_spread(sampled)} | "
+                     f"{100 * (statistics.mean(sampled) - warm['sampled']['em']):+.1f} |")
     table = "\n".join(lines)
     (out / "table.md").write_text(table + "\n", encoding="utf-8")
-    (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    (out / "learning.json").write_text(json.dumps(records, indent=2))
     print(table, flush=True)
-    for seed in args.seeds:
-        dirs = [str(out / "rl" / f"{name}-s{seed}") for name in args.algos
-                if (out / "rl" / f"{name}-s{seed}" / "metrics.jsonl").is_file()]
-        if dirs:
-            command = ["agent-gym", "plot", *dirs, "--out", str(out / f"curves-s{seed}.png"),
-                       "--keys", "eval/em", "charts/reward", "charts/em", "charts/turns",
-                       "charts/response_length", "losses/entropy"]
-            _run(command, out / "logs" / "plot.log").wait()
-    return results
+    plot_curves(out, records, warm)
+    return records
 
 
-def copy_skill(model_dir: str | Path, episodes: int = 64) -> dict[str, float]:
-    """Teacher-forced greedy accuracy of a model on the `oracle`'s held-out episodes, turn by turn.
+def plot_curves(out: Path, records: Sequence[dict[str, Any]], warm: dict[str, Any]) -> None:
+    """EM and reward by step: per variant the mean over seeds and a band (min-max), the warm start marked."""
+    import matplotlib
 
-    Turn 1 copies the topic entity out of the question, turn 2 the bridge entity out of the first search's
-    result, turn 3 the answer out of the second's. ``turnN/token_acc`` is the share of the turn's tokens whose
-    argmax is right; ``turnN/exact`` the share of turns with every token right (what a greedy episode needs).
-    """
-    import gymnasium as gym
-    import torch
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
 
-    import agent_gym  # noqa: F401  (registers the env ids)
-    from agent_gym.policies import make_policy
-    from agent_gym.trainers.model_init import load_model_and_tokenizer
-    from agent_gym.trainers.sft import play_policy_episodes, tokenize_episode
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for key, axis, title in (("em_curve", axes[0], "held-out greedy EM"), ("reward_curve", axes[1], "train reward"),
+                             ("entropy_curve", axes[2], "entropy (model tokens)")):
+        by_variant: dict[str, list[dict[int, float]]] = {}
+        for record in records:
+            by_variant.setdefault(record["run"].rsplit("-s", 1)[0], []).append(dict(record[key]))
+        for name, curves in by_variant.items():
+            steps = sorted(set.intersection(*(set(curve) for curve in curves)))
+            if not steps:
+                continue
+            values = np.array([[curve[step] for step in steps] for curve in curves])
+            axis.plot(steps, values.mean(0), label=VARIANTS[name].label)
+            axis.fill_between(steps, values.min(0), values.max(0), alpha=0.2)
+        if key == "em_curve":
+            axis.axhline(warm["greedy"]["em"], color="grey", linestyle="--", label="warm start")
+        axis.set_title(title)
+        axis.set_xlabel("RL step")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=80)
+    plt.close(fig)
 
-    model, tokenizer = load_model_and_tokenizer(model_dir)
-    env = gym.make(ENV_ID, **{**TRAIN_ENV, **EVAL_OVERRIDES})
-    plays = play_policy_episodes(env, make_policy("oracle"), episodes, progress=False)
-    env.close()
-    hits: dict[int, list[float]] = {}
-    exact: dict[int, list[float]] = {}
-    with torch.no_grad():
-        for play in plays:
-            example = tokenize_episode(tokenizer, play.messages)
-            ids = torch.tensor([example.input_ids])
-            predicted = model(input_ids=ids).logits[0, :-1].argmax(-1)
-            right = (predicted == ids[0, 1:]).tolist()
-            mask = example.loss_mask[1:]
-            turn, previous = 0, 0
-            for position, masked in enumerate(mask):  # consecutive masked runs are the assistant turns
-                if masked and not previous:
-                    turn += 1
-                    exact.setdefault(turn, []).append(1.0)
-                if masked:
-                    hits.setdefault(turn, []).append(float(right[position]))
-                    if not right[position]:
-                        exact[turn][-1] = 0.0
-                previous = masked
-    result = {}
-    for turn in sorted(hits):
-        result[f"turn{turn}/token_acc"] = statistics.mean(hits[turn])
-        result[f"turn{turn}/exact"] = statistics.mean(exact[turn])
-    return result
+
+def plot_copy_curve(run_dir: Path, png: Path) -> None:
+    """The copy skill against pretraining steps, one line per turn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    fig, axis = plt.subplots(figsize=(6, 4))
+    for turn in (1, 2, 3):
+        points = [(r["step"], r[f"copy/turn{turn}_exact"]) for r in rows if f"copy/turn{turn}_exact" in r]
+        if points:
+            axis.plot(*zip(*points, strict=True), marker="o", label=f"turn {turn} exact")
+    axis.set_xlabel("pretraining step")
+    axis.set_ylabel("held-out exact copy")
+    axis.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------- main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/learning", help="experiment directory")
-    parser.add_argument("--algos", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--only", choices=sorted(GROUPS), default="all", help="core: GRPO and PPO only")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--parallel", type=int, default=2, help="training processes at a time (2 cores)")
-    parser.add_argument("--sft-episodes", type=int, default=1500)
-    parser.add_argument("--sft-epochs", type=int, default=2)
-    parser.add_argument("--sft-batch-size", type=int, default=4, help="small: steps matter more than batch")
-    parser.add_argument("--sft-lr", type=float, default=3e-3)
-    parser.add_argument("--steps", type=int, default=60, help="RL steps per run")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of the single-process stages")
+    parser.add_argument("--pretrained", default=str(PRETRAINED) if (PRETRAINED / "config.json").is_file() else None,
+                        help="pretrained model (default: the committed checkpoint, if present; else pretrain here)")
+    parser.add_argument("--induction-steps", type=int, default=1200, help="pretraining stage 1 steps")
+    parser.add_argument("--drill-steps", type=int, default=3000, help="pretraining stage 2 steps")
+    parser.add_argument("--p-multihop", type=float, default=0.3, help="teacher's share of hop-by-hop episodes")
+    parser.add_argument("--sft-episodes", type=int, default=3000)
+    parser.add_argument("--sft-lr", type=float, default=1e-3)
+    parser.add_argument("--sft-drill-tokens", type=int, default=2048)
+    parser.add_argument("--steps", type=int, default=40, help="RL steps per run")
     parser.add_argument("--tasks-per-step", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=1e-4, help="RL lr (from-scratch tiny model)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--max-new-tokens", type=int, default=40, help="a tool call is ~25 tokens")
-    parser.add_argument("--eval-every", type=int, default=10)
-    parser.add_argument("--eval-episodes", type=int, default=64)
-    parser.add_argument("--summarize-only", action="store_true", help="only rebuild the table and plots")
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=2e-4, help="RL learning rate")
+    parser.add_argument("--eval-every", type=int, default=10, help="RL steps between curve points")
+    parser.add_argument("--curve-episodes", type=int, default=100, help="held-out questions per curve point")
+    parser.add_argument("--eval-episodes", type=int, default=200, help="held-out questions of the final evals")
+    parser.add_argument("--candidates", type=int, default=4, help="N of best-of-N and value-guided decoding")
+    parser.add_argument("--vg-episodes", type=int, default=100, help="questions of the value-guided comparison")
+    parser.add_argument("--stage", choices=["pretrain", "all"], default="all", help="pretrain: stop after stage 2")
+    parser.add_argument("--skill-episodes", type=int, default=200, help="held-out episodes of the copy-skill gate")
     parser.add_argument("--copy-skill", nargs="+", metavar="MODEL_DIR", default=None,
-                        help="only measure teacher-forced copy accuracy of these models (see copy_skill)")
+                        help="only measure the copy skill of these models")
     args = parser.parse_args(argv)
     if args.copy_skill:
         for model_dir in args.copy_skill:
-            skill = {key: round(value, 3) for key, value in copy_skill(model_dir).items()}
-            print(model_dir, json.dumps(skill), flush=True)
+            skill = copy_skill(model_dir, args.skill_episodes)
+            print(model_dir, json.dumps({k: round(v, 3) for k, v in skill.items()}), flush=True)
         return 0
-    if not args.summarize_only:
-        model = init_and_warm_start(args)
-        run_rl(args, model)
-    summarize(args)
+    out = Path(args.out)
+    timings = Timings(out)
+    pretrained = pretrain(args, timings)
+    skill_path = out / "copy_skill.json"
+    if not skill_path.is_file():
+        skill = copy_skill(pretrained, args.skill_episodes)
+        skill_path.write_text(json.dumps({"model": str(pretrained), **skill}, indent=2))
+    print("copy skill:", skill_path.read_text(), flush=True)
+    if args.stage == "pretrain":
+        return 0
+    variants = GROUPS[args.only]
+    model = warm_start(args, pretrained, timings)
+    print("warm start:", json.dumps(check_warm_start(args, model, timings)), flush=True)
+    run_rl(args, model, variants, timings)
+    final_evals(args, variants, timings)
+    if "ppo" in variants:
+        print("value-guided:", json.dumps(value_guided(args, timings)), flush=True)
+    summarize(args, variants)
+    results = ROOT / "docs" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    shutil.copy(out / "learning.json", results / "learning.json")
     return 0
 
 
