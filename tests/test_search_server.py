@@ -282,6 +282,18 @@ def test_retrieve_endpoint_without_scores_returns_bare_documents(server_url: str
                                 "contents": f'"Seine"\n{CORPUS[6]["text"]}'}]]
 
 
+def test_skyrl_gyms_own_search_tool_reads_our_retrieve_endpoint(server_url: str) -> None:
+    search_tools = pytest.importorskip("skyrl_gym.tools.search", reason="skyrl-gym not installed")
+    group = search_tools.SearchToolGroup(search_url=f"{server_url}/retrieve", topk=2, log_requests=False)
+    result = json.loads(group.search("Seine"))["result"]  # SkyRL-Gym 0.4.0 posts {"query": "Seine", ...}
+    assert result.startswith('Doc 1: "Seine"') and CORPUS[6]["text"] in result
+
+
+def test_retrieve_refuses_both_query_and_queries(server_url: str) -> None:
+    answer = httpx.post(f"{server_url}/retrieve", json={"query": "Seine", "queries": ["Seine"]})
+    assert answer.status_code == 422 and "not both or neither" in answer.json()["error"]
+
+
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [

@@ -3,10 +3,11 @@
 Endpoints:
 - ``POST /search``   ``{"queries": [...], "k": 5}`` ->
   ``{"results": [[{"id", "title", "text", "score"}, ...], ...]}``
-- ``POST /retrieve`` Search-R1's shape, so envs written for Search-R1, SkyRL-Gym or GEM can use this server:
+- ``POST /retrieve`` Search-R1's shape, so envs written for Search-R1 or SkyRL-Gym can use this server:
   ``{"queries": [...], "topk": 3, "return_scores": true}`` ->
   ``{"result": [[{"document": {"id", "title", "text", "contents"}, "score": s}, ...], ...]}``
   (without ``return_scores`` each hit is the bare document, as in Search-R1's ``retrieval_server.py``).
+  SkyRL-Gym 0.4.0's search tool posts one ``"query": "..."`` instead of ``queries``; it is read as a batch of one.
 - ``GET /health``   200 ``{"status": "ok", "backend", "documents", "pid", ...limits}`` once the index is loaded
   and a first search has run (``documents`` from the index's manifest); 503 while loading or after a failed load.
 
@@ -222,9 +223,16 @@ def create_app(
         k: StrictInt | None = None
 
     class RetrieveRequest(BaseModel):  # Search-R1's QueryRequest, extra fields tolerated as there
-        queries: list[StrictStr]
+        queries: list[StrictStr] | None = None
+        query: StrictStr | None = None  # SkyRL-Gym's SearchToolGroup sends one query under this key
         topk: StrictInt | None = None
         return_scores: StrictBool = False
+
+        def batch(self) -> list[str]:
+            if (self.queries is None) == (self.query is None):
+                raise _HTTPProblem(422, 'invalid request: give "queries": [str, ...] (Search-R1) or "query": str '
+                                        '(SkyRL-Gym), not both or neither')
+            return self.queries if self.queries is not None else [self.query]
 
     holder = _RetrieverHolder(retriever_factory)
     limits = {"max_queries": max_queries, "max_query_chars": max_query_chars, "default_k": default_k,
@@ -246,7 +254,7 @@ def create_app(
             where = ".".join(str(part) for part in err.get("loc", ()) if part != "body") or "body"
             problems.append(f"{where}: {err.get('msg', 'invalid')}")
         expected = ('{"queries": [str, ...], "k": int}' if request.url.path == "/search"
-                    else '{"queries": [str, ...], "topk": int, "return_scores": bool}')
+                    else '{"queries": [str, ...] or "query": str, "topk": int, "return_scores": bool}')
         return _error(422, f"invalid request ({'; '.join(problems)}); expected JSON {expected}")
 
     def check_and_search(queries: list[str], k: int | None) -> list[list[Hit]]:
@@ -285,7 +293,7 @@ def create_app(
     @app.post("/retrieve")
     def retrieve(request: RetrieveRequest) -> Any:
         # Search-R1 falls back to its default top-k when topk is missing or 0.
-        results = check_and_search(request.queries, request.topk or None)
+        results = check_and_search(request.batch(), request.topk or None)
         payload = []
         for hits in results:
             documents = [{"id": hit.id, "title": hit.title, "text": hit.text,
