@@ -128,18 +128,9 @@ def _run_ours(algo: str) -> Callable[[BenchSettings, int, Path], None]:
             log.write(0, evaluation())
             episodes = tokens = 0
             for step in range(settings.steps):
-                trajectories: list[Any] = []
-                collect = trainer.collector.collect
-
-                def counting(*args: Any, _collect: Any = collect, _seen: list = trajectories, **kwargs: Any) -> Any:
-                    result = _collect(*args, **kwargs)
-                    _seen.extend(result)
-                    return result
-
-                trainer.collector.collect = counting
                 metrics = trainer.train_step()
-                trainer.collector.collect = collect
-                tokens += sum(sum(t.loss_mask) for t in trajectories)
+                # the mean model tokens per sample, times the samples (one per episode with the default context)
+                tokens += round(metrics[m.RESPONSE_LENGTH] * settings.batch)
                 before, episodes = episodes, episodes + settings.batch
                 if _eval_due(before, episodes, settings):
                     log.write(episodes, evaluation(), train_reward=metrics[m.REWARD], tokens=tokens,
