@@ -196,3 +196,15 @@ def test_env_serve_refuses_an_unknown_env_id_with_a_usage_line(capsys):
 
     assert main(["env", "serve", "NoSuchEnv-v0", "--port", "1"]) == 2
     assert "agent-gym env serve:" in capsys.readouterr().err
+
+
+def test_agent_gym_eval_evaluates_a_model_on_a_served_env_by_id(url, tmp_path, capsys):
+    from agent_gym.cli import main
+    from agent_gym.trainers.model_init import init_model
+
+    model = init_model(["who what search answer the question"] * 30, tmp_path / "model", preset="tiny",
+                       vocab_size=300)
+    code = main(["eval", "AgentGym-Remote-v0", "--model", str(model), "--episodes", "2", "--no-progress",
+                 "--env-kwarg", f"base_url={url}", "--out", str(tmp_path / "eval.jsonl")])
+    assert code == 0 and len((tmp_path / "eval.jsonl").read_text().splitlines()) == 2
+    assert "| model base_url=" in capsys.readouterr().out

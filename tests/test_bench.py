@@ -27,7 +27,7 @@ def test_the_table_gives_the_final_em_mean_and_spread_over_seeds_and_the_rates()
     table = format_table(_records(), ["ours-grpo", "trl-grpo"])
     row = next(line for line in table.splitlines() if line.startswith("| ours-grpo"))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
-    assert cells[2:] == ["2", "0.300 ± 0.141", "0.400 ± 0.141", "32", "2.40", "15", "600", "1000"]
+    assert cells[2:] == ["2", "0.300 ± 0.141", "0.400 ± 0.141", "32", "2.40", "15.0", "600", "1000"]
 
 
 def test_a_library_that_is_not_installed_is_reported_not_dropped():

@@ -99,7 +99,7 @@ def format_table(records: Sequence[BenchRecord], libraries: Sequence[str]) -> st
             _mean_spread([row.eval_f1 for row in finals if row.eval_f1 is not None]),
             str(finals[0].episodes) if trains else "none (scripted)",
             f"{statistics.fmean(rates):.2f}" if rates else "n/a",
-            f"{statistics.fmean(row.wall_s for row in finals):.0f}",
+            f"{statistics.fmean(row.wall_s for row in finals):.1f}",
             f"{max(row.peak_rss_mb or 0.0 for row in finals):.0f}",
             f"{statistics.fmean(tokens):.0f}" if tokens else "n/a",
         ]
@@ -153,6 +153,7 @@ def plot_curves(records: Sequence[BenchRecord], libraries: Sequence[str], out: s
         axis.grid(alpha=0.3)
         if not math.isnan(axis.get_ylim()[0]):
             axis.set_ylim(bottom=-0.02)
+    axes[1].set_xscale("symlog", linthresh=1.0)  # SB3 and scripted runs take seconds, LLM runs minutes
     axes[0].legend()
     figure.suptitle("agent-gym bench: held-out EM (line: mean over seeds; band: min to max)")
     figure.tight_layout()
