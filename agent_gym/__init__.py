@@ -43,14 +43,11 @@ register_suite()
 
 
 def _register_remote_env() -> None:
-    """``AgentGym-Remote-v0``: an env served over the OpenEnv protocol, so the CLI can evaluate it by id."""
+    """``AgentGym-Remote-v0`` (kwarg ``base_url``): an env served by ``agent-gym env serve``, by id, so the CLI can
+    evaluate a model on it. Not one of the suite's ids (``agent-gym envs``): it holds no env of its own."""
     import gymnasium as gym
 
-    from agent_gym.registration import ENV_DESCRIPTIONS
-
     gym.register(id=REMOTE_ENV_ID, entry_point="agent_gym.adapters.openenv:RemoteEnv")
-    ENV_DESCRIPTIONS[REMOTE_ENV_ID] = ("an env served by `agent-gym env serve` (kwarg base_url=http://HOST:PORT); "
-                                       "its client is agent_gym.adapters.openenv.RemoteEnv")
 
 
 REMOTE_ENV_ID = "AgentGym-Remote-v0"
