@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,11 +15,11 @@ import gymnasium as gym
 import httpx
 import pytest
 from gymnasium.utils.env_checker import check_env
+from test_search_server import thread_server
 
 import agent_gym  # noqa: F401 - registers the ids
 from agent_gym.adapters.openenv import RemoteEnv, RemoteEnvError
 from agent_gym.adapters.openenv_server import create_env_app
-from agent_gym.retrieval_index.server import bind_socket
 
 SMALL = {"hops": 1, "num_pages": 200, "num_questions": 10}
 
@@ -31,23 +30,9 @@ def _factory() -> gym.Env:
 
 @contextmanager
 def served(**settings) -> Iterator[str]:
-    import uvicorn
-
-    sock = bind_socket("127.0.0.1", 0)
-    config = uvicorn.Config(create_env_app(_factory, **settings), log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
+    """Serve ``create_env_app`` over SynthHop from a thread on a free loopback port; yield its URL."""
+    with thread_server(None, app=create_env_app(_factory, **settings)) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
 import pytest
+from test_search_server import thread_server
 
 from agent_gym.adapters.openai_server import create_chat_app
-from agent_gym.retrieval_index.server import bind_socket
 
 
 def tiny_model():
@@ -24,23 +22,9 @@ def tiny_model():
 @contextmanager
 def chat_server(max_tokens: int = 16) -> Iterator[str]:
     """Serve a tiny random model; yields the base URL (``.../v1``)."""
-    import uvicorn
-
     model, tokenizer = tiny_model()
-    sock = bind_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_chat_app(model, tokenizer, max_tokens=max_tokens),
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
+    with thread_server(None, app=create_chat_app(model, tokenizer, max_tokens=max_tokens)) as base:
+        yield f"{base}/v1"
 
 
 @pytest.fixture(scope="module")
