@@ -6,11 +6,12 @@ Importing this package registers every environment id, so ``gym.make("AgentR1-Sy
 
 from agent_gym.env import ToolEnv
 from agent_gym.envs import register_suite
+from agent_gym.error import AgentGymError
 from agent_gym.formats import ToolCall, ToolFormat, get_format
 from agent_gym.registration import register_tool_env, registered_envs
 from agent_gym.rewards import RewardSpec, exact_match, f1_score, normalize_answer, score_answer
 from agent_gym.spaces import UnicodeText
-from agent_gym.tasks import Hop, Task, TaskSet
+from agent_gym.tasks import CheckResult, Hop, Task, TaskSet
 from agent_gym.tools import Tool, ToolResult, tool
 from agent_gym.vector import ToolVectorEnv
 
@@ -34,6 +35,8 @@ __all__ = [
     "Task",
     "TaskSet",
     "Hop",
+    "CheckResult",
+    "AgentGymError",
     "register_tool_env",
     "registered_envs",
     "__version__",

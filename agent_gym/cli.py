@@ -47,6 +47,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "model init": ("build a small Qwen2-architecture model and a locally trained tokenizer",
                    "agent_gym.trainers.model_init:add_model_init_arguments",
                    "agent_gym.trainers.model_init:run_model_init"),
+    "model pretrain": ("teach a from-scratch model to copy: induction warm-up, then pointer drills on fresh names",
+                       "agent_gym.trainers.pretrain:add_pretrain_arguments",
+                       "agent_gym.trainers.pretrain:run_pretrain"),
     "sft": ("warm-start a model on trajectories of a scripted policy",
             "agent_gym.trainers.sft:add_sft_arguments", "agent_gym.trainers.sft:run_sft"),
     "train": ("train an agent with RL (grpo, ppo, reinforce_pp, rloo)",
@@ -155,8 +158,20 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
     parser.add_argument("--policy", default="naive-rag",
                         help="scripted policies, comma-separated: oracle (needs gold decompositions), "
-                             "gold-search, naive-rag, weak-multihop, random (ignored with --model)")
-    parser.add_argument("--model", default=None, help="evaluate this model (a directory or HF name) greedily")
+                             "gold-search, naive-rag, weak-multihop, random, stub (coding envs) (ignored with "
+                             "--model)")
+    parser.add_argument("--model", default=None,
+                        help="evaluate this model (a directory, a training run's directory, or a HF name); greedy "
+                             "unless --best-of or --value-guided")
+    decoding = parser.add_mutually_exclusive_group()
+    decoding.add_argument("--best-of", type=int, default=None, metavar="N",
+                          help="with --model: sample N turns each turn, play the one the policy finds likeliest")
+    decoding.add_argument("--value-guided", type=int, default=None, metavar="N",
+                          help="with --model RUN of a PPO run: sample N turns each turn, play the one its critic "
+                               "values most (the value at the turn's last token)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of those N turns")
+    parser.add_argument("--policy-kwarg", action="append", metavar="KEY=VALUE", default=[],
+                        help="option of the scripted policies (repeatable), e.g. --policy-kwarg p_multihop=0.5")
     parser.add_argument("--episodes", type=int, default=100,
                         help="episodes, one per task in the env's task order (at most the env's task count)")
     parser.add_argument("--seed", type=int, default=0)
@@ -172,14 +187,27 @@ def run_eval(args: argparse.Namespace) -> int:
     env_kwargs = env_kwargs_from_args(args)
     if args.episodes < 1:
         raise UsageError(f"--episodes must be at least 1, got {args.episodes}")
+    given = [n for n in (args.value_guided, args.best_of) if n is not None]
+    if given and not args.model:
+        raise UsageError("--best-of and --value-guided need --model")
+    if given and given[0] < 1:
+        raise UsageError(f"--best-of / --value-guided need N >= 1, got {given[0]}")
     if not args.model:
+        options = parse_env_kwarg_pairs(args.policy_kwarg)
         with user_errors(ValueError):
-            runs = [(name, make_policy(name, seed=args.seed)) for name in args.policy.split(",") if name]
+            runs = [(name, make_policy(name, seed=args.seed, **options)) for name in args.policy.split(",") if name]
     env = make_env(args.env_id, env_kwargs)
     if args.model:
-        from agent_gym.trainers.model_policy import ModelPolicy
+        from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
 
-        runs = [(Path(args.model).name, ModelPolicy.from_pretrained(args.model))]
+        candidates = given[0] if given else 1
+        select = "value" if args.value_guided else "logprob"
+        label = Path(args.model).name + (f" value-guided-{candidates}" if args.value_guided else
+                                         f" best-of-{candidates}" if args.best_of else "")
+        with user_errors(ModelPolicyError, ValueError):
+            policy = ModelPolicy.from_pretrained(args.model, candidates=candidates, select=select,
+                                                 temperature=args.temperature, seed=args.seed)
+        runs = [(label, policy)]
     task_count = len(getattr(env.unwrapped, "tasks", ()))
     if 0 < task_count < args.episodes:
         print(f"{args.env_id} has {task_count} tasks: running {task_count} episodes, not {args.episodes}",

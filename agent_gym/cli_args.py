@@ -86,7 +86,7 @@ def add_env_kwargs_arguments(parser: argparse.ArgumentParser, *, json_flag: bool
                             help="keyword arguments for the env as one JSON object, e.g. '{\"hops\": 3}'")
 
 
-def _json_object(text: str | dict[str, Any] | None, flag: str = "--env-kwargs") -> dict[str, Any]:
+def parse_json_object(text: str | dict[str, Any] | None, flag: str = "--env-kwargs") -> dict[str, Any]:
     if text is None or isinstance(text, dict):
         return dict(text or {})
     try:
@@ -100,7 +100,7 @@ def _json_object(text: str | dict[str, Any] | None, flag: str = "--env-kwargs") 
 
 def env_kwargs_from_args(namespace: argparse.Namespace) -> dict[str, Any]:
     """The env keyword arguments of a command: ``--env-kwargs`` first, each ``--env-kwarg`` on top."""
-    kwargs = _json_object(getattr(namespace, "env_kwargs", None))
+    kwargs = parse_json_object(getattr(namespace, "env_kwargs", None))
     kwargs.update(parse_env_kwarg_pairs(getattr(namespace, "env_kwarg", None)))
     return kwargs
 

@@ -22,7 +22,7 @@ from agent_gym.context_summary import SUMMARY_HEADER, extractive_summary
 from agent_gym.formats import ParsedAction, ToolCall, ToolFormat, get_format
 from agent_gym.rewards import AnswerScores, RewardSpec, get_reward_spec, score_answer
 from agent_gym.spaces import UnicodeText
-from agent_gym.tasks import Task, TaskSet
+from agent_gym.tasks import CheckResult, Task, TaskSet
 from agent_gym.tools import Tool, ToolResult, validate_arguments
 from agent_gym.validation import require_int
 
@@ -191,6 +191,8 @@ class ToolEnv(gym.Env[str, str]):
         self._process_paid = 0.0
         self._found_titles: set[str] = set()
         self._retrieved_titles: set[str] = set()
+        self._best_progress = 0.0
+        self._check_details: dict[str, Any] | None = None
         self._done = False
         self._last_observation = question
         info = self._base_info(context_rewritten=False)
@@ -364,16 +366,23 @@ class ToolEnv(gym.Env[str, str]):
         components.update(scores.as_dict())
         info["answer"] = answer
         info["gold_answers"] = list(self.task.answers)
+        if self._check_details is not None:
+            info["check"] = self._check_details
 
     def _pay_process(self, tool: Tool | None, result: ToolResult) -> float:
-        """Process reward of one call: the tool's own reward, else newly shown gold evidence (`Tool.evidence`)."""
+        """Process reward of one call: the tool's own reward, else newly shown gold evidence (`Tool.evidence`)
+        plus the units by which the result's ``metadata["progress"]`` beats the episode's best so far."""
         assert self.task is not None
         titles = [str(title) for title in tool.evidence(result)] if tool is not None else []
         self._retrieved_titles.update(titles)
         gold = set(self.task.supporting_titles)
         new_gold = (set(titles) & gold) - self._found_titles
         self._found_titles |= new_gold
-        raw = result.reward if result.reward is not None else float(bool(new_gold))
+        progress = result.metadata.get("progress")
+        new_progress = 0.0
+        if isinstance(progress, int | float) and not isinstance(progress, bool) and progress > self._best_progress:
+            new_progress, self._best_progress = progress - self._best_progress, float(progress)
+        raw = result.reward if result.reward is not None else float(bool(new_gold)) + new_progress
         paid = self.reward_spec.process(raw, self._process_paid)
         self._process_paid += paid
         return paid
@@ -381,7 +390,10 @@ class ToolEnv(gym.Env[str, str]):
     def _score(self, answer: str | None) -> AnswerScores:
         assert self.task is not None
         if answer is not None and self.task.checker is not None:
-            value = float(self.task.checker(answer))
+            verdict = self.task.checker(answer)
+            value = float(verdict)
+            if isinstance(verdict, CheckResult):
+                self._check_details = dict(verdict.details)
             return AnswerScores(em=value, f1=value, precision=value, recall=value, sub_em=value)
         return score_answer(answer, self.task.answers, rule=self.reward_spec.answer_rule)
 

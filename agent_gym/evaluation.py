@@ -10,6 +10,7 @@ tasks' supporting titles) read the env's ``task`` and ``tools``, which ``ToolEnv
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,11 +42,14 @@ class EpisodeRecord:
     format_errors: int
     evidence_recall: float | None
     terminated: bool
+    seconds: float = 0.0  # wall time of the episode, the policy's included
+    generated_tokens: int | None = None  # tokens a model policy sampled (its discarded candidates too)
 
 
 def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None,
                 options: dict[str, Any] | None = None) -> EpisodeRecord:
     """Play one episode of ``policy`` in ``env`` (any env that follows the README's contract)."""
+    started, tokens_before = time.perf_counter(), getattr(policy, "generated_tokens", None)
     question, info = env.reset(seed=seed, options=options)
     policy.begin(env.unwrapped, question, info)
     observation = question
@@ -65,7 +69,8 @@ def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None,
         gold_answers=list(info.get("gold_answers") or []), reward=total_reward,
         em=float(components.get("em", 0.0)), f1=float(components.get("f1", 0.0)), turns=int(info.get("turn", turns)),
         tool_calls=calls, valid_tool_calls=valid_calls, format_errors=format_errors,
-        evidence_recall=info.get("evidence_recall"), terminated=terminated,
+        evidence_recall=info.get("evidence_recall"), terminated=terminated, seconds=time.perf_counter() - started,
+        generated_tokens=None if tokens_before is None else policy.generated_tokens - tokens_before,
     )
 
 
@@ -118,19 +123,24 @@ def summarize(records: Sequence[EpisodeRecord]) -> dict[str, float]:
     }
     if recalls:
         summary["evidence_recall"] = float(np.mean(recalls))
+    summary["seconds"] = float(np.mean([r.seconds for r in records]))
+    tokens = [r.generated_tokens for r in records if r.generated_tokens is not None]
+    if tokens:
+        summary["generated_tokens"] = float(np.mean(tokens))
     return summary
 
 
 def format_table(rows: Sequence[tuple[str, dict[str, float]]]) -> str:
     """A Markdown table with one row per (label, summary)."""
     columns = ["episodes", "em", "f1", "reward", "turns", "tool_calls", "call_validity", "answered",
-               "evidence_recall"]
+               "evidence_recall", "generated_tokens", "seconds"]
     columns = [c for c in columns if any(c in summary for _, summary in rows)]
     lines = ["| run | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for label, summary in rows:
         cells = []
         for column in columns:
             value = summary.get(column)
-            cells.append("" if value is None else f"{value:.0f}" if column == "episodes" else f"{value:.3f}")
+            whole = column in ("episodes", "generated_tokens")
+            cells.append("" if value is None else f"{value:.0f}" if whole else f"{value:.3f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_gym.error import AgentGymError
 from agent_gym.tools import ToolResult
 
 __all__ = [
@@ -99,7 +100,7 @@ def _check_known_tool(call: ToolCall, known: dict[str, dict[str, Any]]) -> ToolC
     return call
 
 
-class JSONProblem(ValueError):
+class JSONProblem(AgentGymError, ValueError):
     """Why a JSON text was refused, in words meant for the agent."""
 
 

@@ -1,9 +1,10 @@
-"""Scripted baseline policies: ``oracle``, ``gold-search``, ``naive-rag`` and ``random``.
+"""Scripted baseline policies: ``oracle``, ``gold-search``, ``naive-rag``, ``random`` and ``stub``.
 
 They speak through the env's own wire format, so each one doubles as a check that parsing, tools and rewards
 agree: the oracle reads every hop's answer off the search results before it answers, so EM 1.0 means the
 corpus holds the evidence, search finds it and the reward pays for it. ``naive-rag`` is the weak baseline of
 the paper (one search with the question, answer from the top hit) and the warm-start teacher for SFT.
+``stub`` is the floor of a coding env: it submits the task's function with an empty body.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ from typing import Any, Protocol
 import numpy as np
 
 from agent_gym.env import ToolEnv
+from agent_gym.error import AgentGymError
 from agent_gym.formats import ToolCall
 from agent_gym.rewards import normalize_answer
 
 __all__ = ["Policy", "PolicyError", "OraclePolicy", "GoldSearchPolicy", "NaiveRAGPolicy", "RandomPolicy",
-           "WeakMultiHopPolicy", "make_policy", "POLICIES", "extract_answer", "candidate_spans"]
+           "StubPolicy", "WeakMultiHopPolicy", "make_policy", "POLICIES", "extract_answer", "candidate_spans"]
 
 UNKNOWN_ANSWER = "unknown"
 
 
-class PolicyError(ValueError):
+class PolicyError(AgentGymError, ValueError):
     """A scripted policy cannot play this env's tasks (the oracle needs gold decompositions)."""
 
 
@@ -158,6 +160,28 @@ class RandomPolicy(_ScriptedPolicy):
         return picked
 
 
+class StubPolicy(_ScriptedPolicy):
+    """Submits the task's stub at once (``metadata["stub"]``, e.g. the prompt's function with a ``pass`` body):
+    what a coding env pays for doing nothing."""
+
+    def check_tasks(self, tasks: Any) -> None:
+        """Raise :class:`PolicyError` if any of ``tasks`` has no stub (only coding tasks have one)."""
+        missing = [task for task in tasks if not isinstance(task.metadata.get("stub"), str)]
+        if missing:
+            raise PolicyError(f"the stub policy submits each task's metadata['stub'], and {len(missing)} of the "
+                              f"{len(tasks)} tasks have none (task {missing[0].id!r} first): it plays coding envs")
+
+    def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
+        super().begin(env, observation, info)
+        assert self.task is not None
+        self.check_tasks([self.task])
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        assert self.task is not None
+        self.turn += 1
+        return self._answer(self.task.metadata["stub"])
+
+
 class WeakMultiHopPolicy:
     """A weak teacher for warm starts: each episode it follows the gold decomposition with probability
     ``p_multihop`` (as :class:`OraclePolicy`), otherwise it acts as :class:`NaiveRAGPolicy`. A model cloned from
@@ -245,15 +269,20 @@ POLICIES: dict[str, type] = {
     "naive-rag": NaiveRAGPolicy,
     "random": RandomPolicy,
     "weak-multihop": WeakMultiHopPolicy,
+    "stub": StubPolicy,
 }
 
 
-def make_policy(name: str, seed: int = 0) -> Policy:
-    """Build a scripted policy by name."""
+def make_policy(name: str, seed: int = 0, **options: Any) -> Policy:
+    """Build a scripted policy by name; ``options`` go to its constructor (e.g. ``p_multihop=0.4``)."""
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}")
-    if name == "random":
-        return RandomPolicy(seed)
-    if name == "weak-multihop":
-        return WeakMultiHopPolicy(seed=seed)
+    accepted = {"random": ("seed",), "weak-multihop": ("seed", "p_multihop")}.get(name, ())
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"policy {name!r} takes no option {', '.join(unknown)}; its options: {list(accepted) or 'none'}"
+        )
+    if "seed" in accepted:
+        return POLICIES[name](**{"seed": seed, **options})
     return POLICIES[name]()

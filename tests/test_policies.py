@@ -60,7 +60,7 @@ def test_oracle_takes_one_turn_per_hop_plus_the_answer() -> None:
 
 
 def test_make_policy_knows_every_policy() -> None:
-    assert sorted(POLICIES) == ["gold-search", "naive-rag", "oracle", "random", "weak-multihop"]
+    assert sorted(POLICIES) == ["gold-search", "naive-rag", "oracle", "random", "stub", "weak-multihop"]
 
 
 def test_make_policy_rejects_unknown_name_listing_choices() -> None:

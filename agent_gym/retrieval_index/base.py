@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agent_gym.error import AgentGymError
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -17,7 +19,7 @@ class Hit:
     score: float
 
 
-class RetrievalError(RuntimeError):
+class RetrievalError(AgentGymError, RuntimeError):
     """A retriever could not answer (dead server, corrupt index, ...)."""
 
 

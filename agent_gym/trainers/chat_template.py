@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agent_gym.error import AgentGymError
+
 # Qwen2.5-Instruct's template (tools rendered into the system turn, tool messages folded into a user turn
 # wrapped in <tool_response>), minus its default "You are Qwen" system prompt.
 QWEN25_CHAT_TEMPLATE = """\
@@ -74,7 +76,7 @@ _PLACEHOLDER_ASSISTANT = "agent-gym-placeholder-assistant"
 _SUFFIX_CACHE: dict[str, str] = {}  # chat template -> its assistant turn suffix, rendered once
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(AgentGymError, ValueError):
     """The tokenizer has no chat template, or its template cannot render the given messages."""
 
 

@@ -17,13 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from agent_gym.error import AgentGymError
+
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "trainer_state.pt"
 POLICY_DIR = "policy"
 _PREFIX = "step_"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(AgentGymError, RuntimeError):
     """A checkpoint is missing, incomplete or does not match the model being resumed."""
 
 

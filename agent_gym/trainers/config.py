@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agent_gym.error import AgentGymError
 from agent_gym.trainers.algorithms import ESTIMATORS
 from agent_gym.trainers.losses import AGGREGATIONS, KL_ESTIMATORS
 
 __all__ = ["ConfigError", "TrainConfig", "add_dataclass_arguments", "config_from_dict", "load_config"]
 
 
-class ConfigError(ValueError):
+class ConfigError(AgentGymError, ValueError):
     """A configuration value or file is invalid; the message says which field and what is allowed."""
 
 

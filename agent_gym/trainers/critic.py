@@ -9,11 +9,14 @@ LoRA adapter. Cost: one more forward/backward per step, which is small next to g
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["ValueModel"]
+__all__ = ["CRITIC_FILE", "ValueModel"]
+
+CRITIC_FILE = "critic.pt"  # beside the policy in a run's final/ directory
 
 
 class ValueModel(torch.nn.Module):
@@ -44,3 +47,29 @@ class ValueModel(torch.nn.Module):
         hidden = output.hidden_states[-1]  # works for a bare body and for a model with an LM head alike
         values = self.value_head(hidden.float()).squeeze(-1)
         return F.pad(values[:, :-1], (1, 0))
+
+    @torch.no_grad()
+    def turn_values(self, sequences: list[list[int]]) -> list[float]:
+        """V at each sequence's last token: the critic's estimate of the return after that token is chosen.
+
+        Read where the trainer trains it: ``values[:, t]`` for the last token t, i.e. from the hidden state just
+        before it. Sequences of one call are right-padded into one batch (a causal model ignores the padding).
+        """
+        width = max(len(ids) for ids in sequences)
+        batch = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, ids in enumerate(sequences):
+            batch[row, : len(ids)] = torch.tensor(ids)
+        device = next(self.parameters()).device
+        values = self(batch.to(device))
+        return [float(values[row, len(ids) - 1]) for row, ids in enumerate(sequences)]
+
+    def save(self, path: str | Path) -> None:
+        """The critic's weights (its backbone and value head)."""
+        torch.save(self.state_dict(), path)
+
+    @classmethod
+    def load(cls, path: str | Path, policy: torch.nn.Module) -> ValueModel:
+        """A critic saved by :meth:`save`, shaped after ``policy`` (the policy it was trained beside)."""
+        critic = cls.from_policy(policy)
+        critic.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        return critic.eval()

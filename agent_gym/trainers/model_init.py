@@ -19,6 +19,7 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
 
+from agent_gym.error import AgentGymError
 from agent_gym.trainers.chat_template import QWEN25_CHAT_TEMPLATE
 
 # Control tokens: never produced by plain text, skipped when decoding with skip_special_tokens.
@@ -65,12 +66,14 @@ class ModelPreset:
 
 # head_dim 64 in both presets: vLLM's CPU attention supports it (32 is not in every build's list).
 PRESETS: dict[str, ModelPreset] = {
-    "tiny": ModelPreset(4096, 128, 384, 4, 2, 1, 4096),  # ≈ 1.3M parameters (0.5M in the tied embedding)
+    # tiny: 2 KV heads, so a head of the first layer can be set to attend to the previous token (induction.py)
+    # while the other keeps keys of its own.
+    "tiny": ModelPreset(4096, 128, 384, 4, 2, 2, 4096),  # ≈ 1.3M parameters (0.5M in the tied embedding)
     "small": ModelPreset(8192, 512, 1536, 8, 8, 4, 4096),  # ≈ 29M parameters
 }
 
 
-class ModelInitError(ValueError):
+class ModelInitError(AgentGymError, ValueError):
     """Bad input to model initialisation (empty corpus, unknown preset, unreadable file)."""
 
 

@@ -31,6 +31,7 @@ import gymnasium as gym
 from tqdm.auto import tqdm
 
 from agent_gym.env import ToolEnv, step_turns
+from agent_gym.error import AgentGymError
 from agent_gym.trainers.backends.base import Generation, GenerationBackend, SamplingParams
 from agent_gym.trainers.chat_template import render_delta, render_prompt, turn_stop_token_ids
 from agent_gym.trainers.trajectory import Trajectory
@@ -38,7 +39,7 @@ from agent_gym.trainers.trajectory import Trajectory
 StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
 
 
-class RolloutError(RuntimeError):
+class RolloutError(AgentGymError, RuntimeError):
     """An env broke its contract during a rollout (raised on step, or returned no messages)."""
 
 

@@ -55,7 +55,7 @@ from agent_gym.trainers.checkpoint import (
     trainable_state_dict,
 )
 from agent_gym.trainers.config import ConfigError, TrainConfig, add_dataclass_arguments, config_from_namespace
-from agent_gym.trainers.critic import ValueModel
+from agent_gym.trainers.critic import CRITIC_FILE, ValueModel
 from agent_gym.trainers.losses import (
     aggregate,
     aggregation_normalizer,
@@ -592,10 +592,13 @@ class Trainer:
         return path
 
     def save_final(self) -> Path:
-        """The trained policy (LoRA: its adapter) and tokenizer as a HF directory: ``output_dir/final``."""
+        """The trained policy (LoRA: its adapter) and tokenizer as a HF directory: ``output_dir/final``; PPO's
+        critic beside them (``critic.pt``), for value-guided decoding (``agent-gym eval --value-guided N``)."""
         final = self.output_dir / "final"
         self.model.save_pretrained(final)
         self.tokenizer.save_pretrained(final)
+        if self.critic is not None:
+            self.critic.save(final / CRITIC_FILE)
         return final
 
     def close(self) -> None:

@@ -30,6 +30,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from agent_gym.error import AgentGymError
+
 DATA_DIR_ENV = "AGENT_GYM_DATA_DIR"
 OFFLINE_ENV = "AGENT_GYM_OFFLINE"
 HF_OFFLINE_ENV = "HF_HUB_OFFLINE"
@@ -52,11 +54,11 @@ _CHUNK_BYTES = 1 << 20
 _LEDGER_NAME = "checksums.json"
 
 
-class DatasetNotAvailable(FileNotFoundError):
+class DatasetNotAvailable(AgentGymError, FileNotFoundError):
     """A dataset file is neither on disk nor downloadable; the message says where to put it."""
 
 
-class DatasetChecksumError(ValueError):
+class DatasetChecksumError(AgentGymError, ValueError):
     """A downloaded file's sha256 differs from the known or first-recorded one."""
 
 

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent_gym.envs.datasets.download import DatasetNotAvailable
+from agent_gym.error import AgentGymError
 from agent_gym.jsonl import iter_jsonl
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
-class DatasetFormatError(ValueError):
+class DatasetFormatError(AgentGymError, ValueError):
     """A dataset file is readable but its content is not the layout the loader expects."""
 
 

@@ -16,10 +16,12 @@ from typing import Any, Literal
 
 import torch
 
+from agent_gym.error import AgentGymError
+
 FinishReason = Literal["stop", "length"]
 
 
-class GenerationError(RuntimeError):
+class GenerationError(AgentGymError, RuntimeError):
     """A backend could not generate (bad request, engine failure, unreachable server)."""
 
 

@@ -1,0 +1,428 @@
+"""Run untrusted Python in a separate, limited process (DESIGN §1: code that runs model output).
+
+Each :meth:`Sandbox.run` starts a fresh interpreter in a fresh temporary directory (removed afterwards), with
+no inherited environment variable, stdin closed, and stdout/stderr captured and clipped. The process gets:
+
+- limits: wall-clock seconds (the parent kills it), CPU seconds, address space and file size (``setrlimit``);
+- no network: a new user and network namespace through ``unshare`` where Linux allows unprivileged ones; where
+  it does not, the launcher's seccomp filter still refuses every socket and Landlock (ABI >= 4) every TCP
+  connect, so the fallback is documented, not silent: :attr:`SandboxRun.isolation` says which layers held;
+- one process only: seccomp refuses ``fork``/``vfork``/``clone`` of a process, so a fork bomb stops at its
+  first fork (threads still work); no signal to any process but itself, no ``ptrace``;
+- writes only inside its directory (Landlock), and no reading another process's ``/proc/PID/environ``.
+
+:mod:`agent_gym.tools.sandbox_child` applies the in-process layers; its docstring lists them. Where a layer is
+missing (an old kernel, an architecture without a seccomp table), a warning says so once and the run goes on;
+``Sandbox(strict=True)`` refuses to run instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from agent_gym.error import AgentGymError
+from agent_gym.tools import sandbox_child
+
+__all__ = ["Sandbox", "SandboxLimits", "SandboxRun", "SandboxError", "SandboxUnavailable", "namespace_command"]
+
+MAIN_FILE = "main.py"
+_REPORT_LIMIT_BYTES = 1 << 20
+_EXIT_GRACE_S = 0.2  # after the program exits, how long its pipes may take to reach end-of-file
+# Variables the program sees, fixed here and never inherited: a run must not depend on (or read) the caller's.
+_FIXED_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1",
+                      "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+class SandboxError(AgentGymError, RuntimeError):
+    """The sandbox itself failed to start or to clean up (not the program it ran)."""
+
+
+class SandboxUnavailable(AgentGymError, RuntimeError):
+    """``strict=True`` and this machine cannot give every isolation layer; the message names the missing one."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """What one run may use. Defaults suit a test-driven coding turn (HumanEval-size programs).
+
+    Attributes:
+        wall_s: wall-clock seconds before the parent kills the process.
+        cpu_s: CPU seconds (whole seconds, rounded up) before the kernel stops it.
+        memory_mb: address space in MiB; an allocation beyond it raises ``MemoryError``.
+        file_mb: the largest file the program may write, in MiB.
+        output_chars: characters of stdout and of stderr kept each; the rest is cut with a note.
+        code_chars: the longest program accepted.
+    """
+
+    wall_s: float = 10.0
+    cpu_s: float = 5.0
+    memory_mb: int = 1024
+    file_mb: int = 16
+    output_chars: int = 4_000
+    code_chars: int = 50_000
+
+    def __post_init__(self) -> None:
+        for name in ("wall_s", "cpu_s", "memory_mb", "file_mb", "output_chars", "code_chars"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+                raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}")
+
+
+@dataclass
+class SandboxRun:
+    """What happened in one run.
+
+    Attributes:
+        status: ``ok`` (exit code 0), ``exit`` (another exit code), ``exception`` (uncaught), ``memory`` (a
+            ``MemoryError`` at the address-space limit), ``timeout`` (wall clock), ``cpu_limit``, ``signal``
+            (killed or crashed by a signal) or ``refused`` (strict mode, isolation incomplete).
+        exit_code: the process's exit code (negative: the signal that ended it).
+        stdout, stderr: the output, each clipped to ``output_chars`` with a note of what was cut.
+        stdout_bytes, stderr_bytes: how much the program wrote in all.
+        exception: the type name of an uncaught exception, if any.
+        signal_name: e.g. ``SIGSEGV`` when a signal ended the process.
+        wall_s, cpu_s: time taken.
+        isolation: the layers that held (``namespaces``, ``landlock`` ABI, ``seccomp``).
+        reports: the JSON records the run wrote to the report pipe (``assert_passed``, a harness's results).
+    """
+
+    status: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    stdout_bytes: int
+    stderr_bytes: int
+    wall_s: float
+    cpu_s: float
+    limits: SandboxLimits
+    exception: str | None = None
+    signal_name: str | None = None
+    isolation: dict[str, Any] = field(default_factory=dict)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line for the agent: how the run ended."""
+        limits = self.limits
+        if self.status == "ok":
+            return "finished (exit code 0)"
+        if self.status == "exit":
+            return f"exited with code {self.exit_code}"
+        if self.status == "exception":
+            return f"raised {self.exception} (traceback in stderr)"
+        if self.status == "memory":
+            return f"ran out of memory: MemoryError at the {limits.memory_mb} MiB limit"
+        if self.status == "timeout":
+            return f"timed out: stopped after {limits.wall_s:g} s of wall-clock time"
+        if self.status == "cpu_limit":
+            return f"timed out: stopped after {math.ceil(limits.cpu_s)} s of CPU time"
+        if self.status == "refused":
+            return "not run: the sandbox could not isolate it (strict mode)"
+        if self.signal_name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"):
+            return f"crashed: killed by {self.signal_name} ({signal.strsignal(-self.exit_code)})"
+        return f"killed by {self.signal_name or 'a signal'}"
+
+    def observation(self) -> str:
+        """What the agent reads: how the run ended, then its stdout and stderr (each only when non-empty)."""
+        parts = [f"[status] {self.summary()}"]
+        if self.stdout:
+            parts.append(f"[stdout]\n{self.stdout.rstrip()}")
+        if self.stderr:
+            parts.append(f"[stderr]\n{self.stderr.rstrip()}")
+        return "\n".join(parts)
+
+
+@functools.cache
+def namespace_command() -> tuple[str, ...]:
+    """The ``unshare`` prefix that gives a run new user and network namespaces here, or ``()`` if none works.
+
+    Probed once per process: unprivileged user namespaces may be off (a sysctl, AppArmor's restriction on
+    Ubuntu >= 23.10, a container's seccomp profile), and util-linux before 2.38 lacks ``--map-current-user``.
+    """
+    unshare = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if unshare is None or not sys.platform.startswith("linux"):
+        return ()
+    for user_mapping in ("--map-current-user", "--map-root-user"):
+        command = (unshare, "--user", user_mapping, "--net")
+        try:
+            probe = subprocess.run([*command, "/bin/true"], env={}, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if probe.returncode == 0:
+            return command
+    return ()
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        gym.logger.warn(message)
+
+
+class Sandbox:
+    """Runs Python programs in separate, limited processes; one object serves many concurrent runs.
+
+    Args:
+        limits: the :class:`SandboxLimits` of each run.
+        site_packages: let programs import installed packages (numpy, sympy...); the standard library only
+            otherwise, which starts faster.
+        strict: refuse to run (``SandboxUnavailable``) where an isolation layer is missing, instead of warning.
+        python: the interpreter to run (this one by default).
+    """
+
+    def __init__(self, limits: SandboxLimits | None = None, *, site_packages: bool = False, strict: bool = False,
+                 python: str | None = None) -> None:
+        self.limits = limits or SandboxLimits()
+        self.site_packages = site_packages
+        self.strict = strict
+        self.python = python or sys.executable
+        if not sys.platform.startswith("linux"):
+            raise SandboxUnavailable(f"the Python sandbox needs Linux (resource limits, Landlock, seccomp); this is "
+                                     f"{sys.platform}: run the environment on Linux or in a Linux container")
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.limits!r}, site_packages={self.site_packages}, strict={self.strict})"
+
+    def run(self, code: str, *, files: Mapping[str, str] | None = None, count_asserts: bool = False) -> SandboxRun:
+        """Run ``code`` as ``main.py`` in a fresh directory that also holds ``files`` (name -> text).
+
+        ``count_asserts`` reports each module-level ``assert`` that calls something and passes, as an
+        ``assert_passed`` record. Never raises for anything the program does; raises :class:`SandboxError`
+        only when the sandbox cannot start, and :class:`SandboxUnavailable` in strict mode.
+        """
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, got {type(code).__name__}")
+        namespaces = namespace_command()
+        if not namespaces:
+            if self.strict:
+                raise SandboxUnavailable("no network namespace: unprivileged user namespaces are off here "
+                                         "(sysctl kernel.unprivileged_userns_clone or AppArmor); enable them or "
+                                         "use strict=False, which keeps seccomp's no-socket rule")
+            _warn_once("namespaces", "Python sandbox: no user/network namespace here; the program is kept off the "
+                                     "network by seccomp (no socket) and Landlock (no TCP) only")
+        directory = tempfile.mkdtemp(prefix="agent-gym-run-")
+        try:
+            for name, text in {**(files or {}), MAIN_FILE: code}.items():
+                path = Path(directory, name)
+                if path.parent != Path(directory):
+                    raise ValueError(f"file names must be plain names inside the run directory, got {name!r}")
+                path.write_text(text, encoding="utf-8", errors="replace")
+            return self._run_in(directory, namespaces, count_asserts)
+        finally:
+            _remove_tree(directory)
+
+    def _run_in(self, directory: str, namespaces: tuple[str, ...], count_asserts: bool) -> SandboxRun:
+        limits = self.limits
+        config = {"main": MAIN_FILE, "cpu_s": math.ceil(limits.cpu_s), "memory_bytes": limits.memory_mb << 20,
+                  "file_bytes": limits.file_mb << 20, "count_asserts": count_asserts, "strict": self.strict}
+        flags = ["-I", "-u", "-X", "utf8"] + ([] if self.site_packages else ["-S"])
+        report_read, report_write = os.pipe()
+        config["report_fd"] = report_write
+        argv = [*namespaces, self.python, *flags, sandbox_child.__file__, json.dumps(config)]
+        started = time.perf_counter()
+        try:
+            process = subprocess.Popen(
+                argv, cwd=directory, env={**_FIXED_ENVIRONMENT, "HOME": directory}, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, pass_fds=(report_write,),
+            )
+        except OSError as error:
+            os.close(report_read)
+            raise SandboxError(f"could not start {self.python}: {error}") from error
+        finally:
+            os.close(report_write)
+        streams = _Streams(process, report_read, limits)
+        timed_out = streams.collect(started + limits.wall_s)
+        exit_code, cpu_s = _reap(process)
+        run = _describe(exit_code, cpu_s, time.perf_counter() - started, timed_out, streams, limits, bool(namespaces))
+        if run.status == "refused":
+            raise SandboxUnavailable(f"strict sandbox: an isolation layer is missing here: {run.isolation}")
+        return run
+
+
+class _Streams:
+    """Reads stdout, stderr and the report pipe together, keeping a bounded head of each."""
+
+    def __init__(self, process: subprocess.Popen, report_fd: int, limits: SandboxLimits) -> None:
+        self.process = process
+        self.keep_bytes = limits.output_chars * 4  # UTF-8: at most 4 bytes a character
+        self.chunks: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray(), "report": bytearray()}
+        self.totals = {"stdout": 0, "stderr": 0, "report": 0}
+        self.selector = selectors.DefaultSelector()
+        assert process.stdout is not None and process.stderr is not None
+        for name, stream in (("stdout", process.stdout.fileno()), ("stderr", process.stderr.fileno()),
+                             ("report", report_fd)):
+            os.set_blocking(stream, False)
+            self.selector.register(stream, selectors.EVENT_READ, name)
+        self.report_fd = report_fd
+        try:
+            self.pidfd: int | None = os.pidfd_open(process.pid)
+            self.selector.register(self.pidfd, selectors.EVENT_READ, "exit")
+        except (AttributeError, OSError):  # Linux < 5.3: poll for the exit instead
+            self.pidfd = None
+
+    def collect(self, deadline: float) -> bool:
+        """Read until the process exits and its pipes close, or until ``deadline``; True when it timed out."""
+        exited_at: float | None = None
+        try:
+            while True:
+                pipes_open = any(key.data != "exit" for key in self.selector.get_map().values())
+                if exited_at is None and self.pidfd is None and _has_exited(self.process.pid):
+                    exited_at = time.perf_counter()
+                now = time.perf_counter()
+                if exited_at is not None and (not pipes_open or now - exited_at > _EXIT_GRACE_S):
+                    return False
+                if now >= deadline:
+                    return True
+                timeout = deadline - now
+                if exited_at is not None:
+                    timeout = min(timeout, exited_at + _EXIT_GRACE_S - now)
+                elif self.pidfd is None:
+                    timeout = min(timeout, 0.01)  # no pidfd to wake us at the exit: poll
+                for key, _ in self.selector.select(timeout=max(timeout, 0.0)):
+                    if key.data == "exit":
+                        self.selector.unregister(key.fd)
+                        exited_at = time.perf_counter()
+                    else:
+                        self._read(key.fd, key.data)
+        finally:
+            self.selector.close()
+            for fd in (self.report_fd, self.pidfd):
+                if fd is not None:
+                    os.close(fd)
+
+    def _read(self, fd: int, name: str) -> None:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:
+            self.selector.unregister(fd)
+            return
+        self.totals[name] += len(data)
+        limit = _REPORT_LIMIT_BYTES if name == "report" else self.keep_bytes
+        room = limit - len(self.chunks[name])
+        if room > 0:
+            self.chunks[name] += data[:room]
+
+    def text(self, name: str, limit_chars: int) -> str:
+        text = self.chunks[name].decode("utf-8", errors="replace")
+        shown = text[:limit_chars]
+        cut = self.totals[name] - len(shown.encode("utf-8", errors="replace"))
+        if cut > 0:
+            shown += (f"\n[... output cut: {self.totals[name]:,} bytes in all, the first {limit_chars:,} characters "
+                      "shown]")
+        return shown
+
+    def reports(self) -> list[dict[str, Any]]:
+        records = []
+        for line in self.chunks["report"].decode("utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+
+def _has_exited(pid: int) -> bool:
+    """Whether the process has exited, without reaping it (its CPU time is read when it is reaped)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _reap(process: subprocess.Popen) -> tuple[int, float]:
+    """Kill what is left of the run's process group, reap the process, and return (exit code, CPU seconds)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # the leader is at least a zombie until reaped: the group id is ours
+    except (ProcessLookupError, PermissionError):
+        pass
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_utime + usage.ru_stime
+
+
+def _describe(exit_code: int, cpu_s: float, wall_s: float, timed_out: bool, streams: _Streams,
+              limits: SandboxLimits, namespaces: bool) -> SandboxRun:
+    reports = streams.reports()
+    isolation: dict[str, Any] = {"namespaces": namespaces}
+    exception = None
+    for record in reports:
+        if record.get("kind") == "isolation":
+            isolation.update({key: value for key, value in record.items() if key != "kind"})
+        elif record.get("kind") == "exception":
+            exception = str(record.get("type"))
+    for layer, missing in (("landlock", "writes outside the run directory are not prevented"),
+                           ("seccomp", "new processes, sockets and signals to other processes are not prevented")):
+        if layer in isolation and not isolation[layer]:
+            _warn_once(layer, f"Python sandbox: no {layer} here ({isolation.get(layer + '_error')}): {missing}")
+    signal_name = None
+    if exit_code < 0:
+        try:
+            signal_name = signal.Signals(-exit_code).name
+        except ValueError:
+            signal_name = f"signal {-exit_code}"
+    if timed_out:
+        status = "timeout"
+    elif signal_name in ("SIGXCPU", "SIGKILL") and cpu_s >= math.ceil(limits.cpu_s) - 0.05:
+        status = "cpu_limit"
+    elif signal_name is not None:
+        status = "signal"
+    elif any(record.get("kind") == "refused" for record in reports):
+        status = "refused"
+    elif exception == "MemoryError":
+        status = "memory"
+    elif exception is not None:
+        status = "exception"
+    else:
+        status = "ok" if exit_code == 0 else "exit"
+    return SandboxRun(
+        status=status, exit_code=exit_code, stdout=streams.text("stdout", limits.output_chars),
+        stderr=streams.text("stderr", limits.output_chars), stdout_bytes=streams.totals["stdout"],
+        stderr_bytes=streams.totals["stderr"], wall_s=wall_s, cpu_s=cpu_s, limits=limits, exception=exception,
+        signal_name=signal_name, isolation=isolation,
+        reports=[record for record in reports if record.get("kind") != "isolation"],
+    )
+
+
+def _remove_tree(directory: str) -> None:
+    """Remove a run's directory even where the program took away its own permissions."""
+
+    def make_writable_and_retry(function, path, _excinfo):
+        parent = os.path.dirname(path)
+        for target in (parent, path):
+            try:
+                os.chmod(target, stat.S_IRWXU)
+            except OSError:
+                pass
+        try:
+            function(path)
+        except FileNotFoundError:
+            pass
+
+    try:
+        shutil.rmtree(directory, onerror=make_writable_and_retry)
+    except OSError as error:
+        raise SandboxError(f"could not remove the run directory {directory}: {error}") from error

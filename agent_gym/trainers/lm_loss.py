@@ -1,0 +1,50 @@
+"""Next-token loss of weighted rows: the one supervised loss of pretraining and SFT.
+
+A row carries a loss weight per token: 1 on the tokens to imitate (assistant turns, the copied part of a
+drill), 0 on pure context, something in between where the context is worth a little practice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["WeightedRow", "weighted_lm_loss"]
+
+
+@dataclass(frozen=True)
+class WeightedRow:
+    """One training row: token ids, and the loss weight of predicting each of them (0: context only)."""
+
+    input_ids: list[int]
+    weights: list[float]
+
+    def __post_init__(self) -> None:
+        if len(self.input_ids) != len(self.weights):
+            raise ValueError(f"input_ids ({len(self.input_ids)}) and weights ({len(self.weights)}) differ in length")
+
+
+def weighted_lm_loss(model: torch.nn.Module, rows: Sequence[WeightedRow], pad_id: int,
+                     max_length: int | None = None) -> torch.Tensor:
+    """sum_t w_t * -log p(x_t | x_<t) / sum_t w_t over the rows, right-padded into one batch.
+
+    No attention mask: in a causal model no real token attends to the padding after it, and SDPA keeps its
+    causal fast path (the trainer does the same, see ``Trainer._response_logits``).
+    """
+    width = max(len(row.input_ids) for row in rows)
+    width = min(width, max_length) if max_length else width
+    device = next(model.parameters()).device
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    weights = torch.zeros((len(rows), width), dtype=torch.float32)
+    for index, row in enumerate(rows):
+        length = min(len(row.input_ids), width)
+        input_ids[index, :length] = torch.tensor(row.input_ids[:length])
+        weights[index, :length] = torch.tensor(row.weights[:length])
+    input_ids, weights = input_ids.to(device), weights.to(device)
+    logits = model(input_ids=input_ids).logits[:, :-1].float()
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1), reduction="none")
+    target_weights = weights[:, 1:].reshape(-1)  # the weight of predicting token t sits at t
+    return (nll * target_weights).sum() / target_weights.sum().clamp(min=1e-9)

@@ -1,0 +1,270 @@
+"""`agent-gym model pretrain`: teach a from-scratch model to copy, before any SFT or RL.
+
+Two stages, one optimizer and one step counter (so a run resumes anywhere):
+
+1. **induction** (``induction_steps``): a previous-token head is set at init, then rows of random ids with
+   repeated spans, drawn from a vocabulary that grows (induction.py). Forms the copy circuit.
+2. **drills** (``drill_steps``): a scripted policy's episodes on envs with never-seen names, cut into short
+   rows in the env's exact format (copy_drills.py). Teaches which entity to copy, and when.
+
+Every ``eval_every`` steps the copy skill (copy_skill.py) is measured on held-out episodes and logged under
+``copy/...`` in ``metrics.jsonl``; every ``save_every`` steps a checkpoint is written. The batch of each step
+is a function of (seed, step), so a killed run resumed from its last checkpoint trains on the same data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from agent_gym.trainers.checkpoint import (
+    capture_rng_state,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from agent_gym.trainers.config import ConfigError, add_dataclass_arguments, config_from_namespace
+from agent_gym.trainers.copy_drills import DRILL_FORMS, DrillSource
+from agent_gym.trainers.copy_skill import copy_skill
+from agent_gym.trainers.induction import induction_rows, induction_vocab, install_previous_token_head
+from agent_gym.trainers.lm_loss import WeightedRow, weighted_lm_loss
+from agent_gym.trainers.metrics import MetricsLogger
+
+__all__ = ["PretrainConfig", "Pretrainer", "add_pretrain_arguments", "run_pretrain"]
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+# Drill worlds: small (episodes are made fresh every step), 1- and 2-hop bridge questions, 3 hits a search.
+DRILL_ENV_KWARGS = {"num_pages": 300, "kinds": ["bridge"], "hops": [1, 2], "top_k": 3, "split": "all",
+                    "num_questions": 40, "max_turns": 5}
+# Held-out copy-skill episodes: a world no drill comes from (drills use world seeds from 1,000,000 up).
+EVAL_ENV_KWARGS = {"world_seed": 424_242, "num_pages": 2000, "hops": 2, "split": "test", "num_questions": 64}
+
+
+@dataclass
+class PretrainConfig:
+    """Settings of `agent-gym model pretrain`; defaults are the ones measured in docs/RESULTS.md."""
+
+    model: str = field(default="", metadata=_help("Model directory to start from (`agent-gym model init`)."))
+    output_dir: str = field(default="runs/pretrain", metadata=_help("Run directory: checkpoints, metrics, final/."))
+    env_id: str = field(default="AgentR1-SynthHop-v0", metadata=_help("Env the drills are played in."))
+    env_kwargs: dict[str, Any] = field(
+        default_factory=lambda: dict(DRILL_ENV_KWARGS), metadata=_help("gymnasium.make kwargs of drill envs; JSON.")
+    )
+    fresh_kwarg: str = field(
+        default="world_seed",
+        metadata=_help("Env kwarg set to a new value for every step's drills, so every name is new to the model."),
+    )
+    fresh_start: int = field(default=1_000_000, metadata=_help("First value of fresh_kwarg."))
+    policy: str = field(default="oracle", metadata=_help("Scripted policy whose episodes are the drills."))
+    drill_forms: dict[str, float] = field(
+        default_factory=lambda: dict(DRILL_FORMS),
+        metadata=_help("Share of each drill row form (first_turn, one_hit, two_hits, full); JSON."),
+    )
+    env_token_weight: float = field(default=0.1, metadata=_help("Loss weight of prompt and tool-result tokens."))
+    eval_env_kwargs: dict[str, Any] = field(
+        default_factory=lambda: dict(EVAL_ENV_KWARGS),
+        metadata=_help("Overrides of env_kwargs for the held-out copy-skill episodes (a world no drill uses); JSON."),
+    )
+    eval_episodes: int = field(default=64, metadata=_help("Held-out oracle episodes per copy-skill measurement."))
+    previous_token_head: bool = field(
+        default=True, metadata=_help("Set a previous-token head at step 0 (skips the induction plateau).")
+    )
+    induction_steps: int = field(default=1200, metadata=_help("Steps of stage 1 (random repeated spans)."))
+    induction_vocab_start: int = field(default=64, metadata=_help("Ids the first induction rows draw from."))
+    induction_hold_steps: int = field(default=500, metadata=_help("Steps before the induction vocabulary grows."))
+    induction_doubling_steps: int = field(default=100, metadata=_help("Steps per doubling of that vocabulary."))
+    induction_width: int = field(default=128, metadata=_help("Tokens per induction row."))
+    drill_steps: int = field(default=3000, metadata=_help("Steps of stage 2 (drills)."))
+    batch_tokens: int = field(default=8192, metadata=_help("Tokens per step (rows are added until reached)."))
+    lr: float = field(default=3e-3, metadata=_help("Peak AdamW learning rate (from-scratch tiny models)."))
+    min_lr_ratio: float = field(default=0.1, metadata=_help("Cosine decay floor, as a share of lr."))
+    warmup_steps: int = field(default=100, metadata=_help("Linear warm-up steps."))
+    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay."))
+    max_grad_norm: float = field(default=1.0, metadata=_help("Gradient clipping norm."))
+    eval_every: int = field(default=200, metadata=_help("Steps between copy-skill measurements (0: never)."))
+    save_every: int = field(default=200, metadata=_help("Steps between checkpoints (0: only at the end)."))
+    keep_checkpoints: int = field(default=2, metadata=_help("Checkpoints kept on disk."))
+    torch_threads: int = field(default=0, metadata=_help("torch.set_num_threads; 0 keeps torch's default."))
+    seed: int = field(default=0, metadata=_help("Seed of the data stream and of the model's init changes."))
+    show_progress: bool = field(default=True, metadata=_help("Show a progress bar."))
+
+    @property
+    def total_steps(self) -> int:
+        return self.induction_steps + self.drill_steps
+
+    def validate(self) -> None:
+        if not self.model:
+            raise ConfigError("model is required: pass --model DIR (e.g. from `agent-gym model init`)")
+        for name in ("induction_steps", "drill_steps", "eval_every", "save_every", "warmup_steps"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("batch_tokens", "eval_episodes", "keep_checkpoints", "induction_vocab_start"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.total_steps < 1:
+            raise ConfigError("induction_steps + drill_steps must be at least 1")
+        unknown = sorted(set(self.drill_forms) - set(DRILL_FORMS))
+        if unknown or not any(share > 0 for share in self.drill_forms.values()):
+            raise ConfigError(
+                f"drill_forms needs a positive share of some of {sorted(DRILL_FORMS)}; got {self.drill_forms}"
+            )
+
+
+def _lr_factor(step: int, config: PretrainConfig) -> float:
+    """Linear warm-up, then cosine decay to ``min_lr_ratio`` at the last step."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    progress = min(1.0, (step - config.warmup_steps) / max(1, config.total_steps - config.warmup_steps))
+    return config.min_lr_ratio + (1 - config.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class Pretrainer:
+    """Runs the two stages on a model and tokenizer; see the module docstring."""
+
+    def __init__(self, config: PretrainConfig, model: torch.nn.Module | None = None, tokenizer: Any = None) -> None:
+        config.validate()
+        self.config = config
+        if config.torch_threads > 0:
+            torch.set_num_threads(config.torch_threads)
+        if model is None or tokenizer is None:
+            from agent_gym.trainers.model_init import load_model_and_tokenizer
+
+            model, tokenizer = load_model_and_tokenizer(config.model)
+        self.model, self.tokenizer = model, tokenizer
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.output_dir = Path(config.output_dir)
+        added = set(tokenizer.get_added_vocab().values())
+        # Induction rows use ordinary text tokens only: special and markup tokens never recur as content.
+        self.text_token_ids = [i for i in range(len(tokenizer)) if i not in added]
+        self.drills = DrillSource(tokenizer, config.env_id, config.env_kwargs, config.fresh_kwarg, config.fresh_start,
+                                  config.policy, config.drill_forms, config.env_token_weight, config.seed)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: _lr_factor(step, config))
+        self.step = 0
+
+    def rows(self, step: int) -> list[WeightedRow]:
+        """The batch of ``step``: a function of (seed, step) alone."""
+        config = self.config
+        if step < config.induction_steps:
+            vocab = induction_vocab(step, self.text_token_ids, config.induction_vocab_start,
+                                    config.induction_hold_steps, config.induction_doubling_steps)
+            rng = random.Random(f"{config.seed}:induction:{step}")
+            ids = rng.sample(self.text_token_ids, vocab)
+            return induction_rows(rng, ids, max(1, config.batch_tokens // config.induction_width),
+                                  width=config.induction_width)
+        return self.drills.rows(step - config.induction_steps, config.batch_tokens)
+
+    def measure(self) -> dict[str, float]:
+        """Copy skill on the held-out episodes, as ``copy/turnK_exact`` etc."""
+        config = self.config
+        scores = copy_skill(self.model, self.tokenizer, config.env_id,
+                            {**config.env_kwargs, **config.eval_env_kwargs}, config.eval_episodes)
+        return {f"copy/{name.replace('/', '_')}": value for name, value in scores.items()}
+
+    def train(self) -> dict[str, float]:
+        """Run (or resume) to ``total_steps``; returns the last copy-skill measurement."""
+        config = self.config
+        resumed = self._resume()
+        if not resumed and config.previous_token_head:
+            install_previous_token_head(self.model)
+        last: dict[str, float] = {}
+        self.model.train()
+        with (
+            MetricsLogger(self.output_dir, tensorboard=False, resume_step=self.step if resumed else None) as logger,
+            tqdm(total=config.total_steps, initial=self.step, desc="pretrain", unit="step",
+                 disable=not config.show_progress) as bar,
+        ):
+            while self.step < config.total_steps:
+                started = time.perf_counter()
+                rows = self.rows(self.step)
+                loss = weighted_lm_loss(self.model, rows, self.pad_id)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.step += 1
+                stage = "induction" if self.step <= config.induction_steps else "drills"
+                metrics = {
+                    f"{stage}/loss": float(loss.detach()),
+                    "pretrain/tokens": float(sum(len(row.input_ids) for row in rows)),
+                    "pretrain/step_seconds": time.perf_counter() - started,
+                    "pretrain/lr": self.scheduler.get_last_lr()[0],
+                }
+                if config.eval_every and (self.step % config.eval_every == 0 or self.step == config.total_steps):
+                    last = self.measure()
+                    metrics.update(last)
+                    self.model.train()
+                logger.log(self.step, metrics)
+                bar.update(1)
+                shown = {"loss": f"{metrics[f'{stage}/loss']:.3f}"}
+                if "copy/min_exact" in last:
+                    shown["min_exact"] = f"{last['copy/min_exact']:.2f}"
+                bar.set_postfix(shown)
+                if (config.save_every and self.step % config.save_every == 0) or self.step == config.total_steps:
+                    self.save_checkpoint()
+        self.save_final()
+        return last
+
+    # ------------------------------------------------------------------------------------------ persistence
+
+    def save_checkpoint(self) -> Path:
+        state = {"step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "rng": capture_rng_state(),
+                 "config": asdict(self.config)}
+        return save_checkpoint(self.output_dir, self.step, state, self.model, self.tokenizer,
+                               keep=self.config.keep_checkpoints)
+
+    def _resume(self) -> bool:
+        path = latest_checkpoint(self.output_dir)
+        if path is None:
+            return False
+        state = load_checkpoint(path)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        restore_rng_state(state["rng"])
+        self.step = int(state["step"])
+        return True
+
+    def save_final(self) -> Path:
+        """The model and tokenizer as a Hugging Face directory: ``output_dir/final``."""
+        final = self.output_dir / "final"
+        self.model.save_pretrained(final)
+        self.tokenizer.save_pretrained(final)
+        return final
+
+
+def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `agent-gym model pretrain`: one per `PretrainConfig` field."""
+    add_dataclass_arguments(parser, PretrainConfig)
+
+
+def run_pretrain(ns: argparse.Namespace) -> int:
+    """Entry point of `agent-gym model pretrain`; returns an exit code."""
+    from agent_gym.cli_args import UsageError
+    from agent_gym.trainers.model_init import ModelInitError
+
+    try:
+        config = config_from_namespace(ns, PretrainConfig)
+        pretrainer = Pretrainer(config)
+    except (ConfigError, ModelInitError) as error:
+        raise UsageError(str(error)) from None
+    scores = pretrainer.train()
+    summary = json.dumps({key: round(value, 3) for key, value in scores.items() if key.endswith("exact")})
+    print(f"pretrained {config.total_steps} steps; copy skill {summary}; saved to {Path(config.output_dir) / 'final'}")
+    return 0

@@ -1,0 +1,61 @@
+"""Every error agent-gym raises on purpose derives from one base, and keeps the base it had before."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_gym.envs.datasets.download import DatasetChecksumError, DatasetNotAvailable
+from agent_gym.envs.datasets.files import DatasetFormatError
+from agent_gym.error import AgentGymError
+from agent_gym.formats import JSONProblem
+from agent_gym.policies import PolicyError
+from agent_gym.retrieval_index.base import RetrievalError
+from agent_gym.retrieval_index.manifest import IndexMismatchError, IndexNotFoundError
+from agent_gym.retrieval_index.pyserini_backend import PyseriniUnavailableError
+from agent_gym.tools.calculator import CalculatorError
+from agent_gym.tools.sandbox import SandboxError, SandboxUnavailable
+from agent_gym.trainers.backends.base import GenerationError
+from agent_gym.trainers.chat_template import ChatTemplateError
+from agent_gym.trainers.checkpoint import CheckpointError
+from agent_gym.trainers.config import ConfigError
+from agent_gym.trainers.model_init import ModelInitError
+from agent_gym.trainers.model_policy import ModelPolicyError
+from agent_gym.trainers.rollout import RolloutError
+
+ERRORS_AND_OLD_BASES = [
+    (CalculatorError, ValueError),
+    (DatasetFormatError, ValueError),
+    (DatasetNotAvailable, FileNotFoundError),
+    (DatasetChecksumError, ValueError),
+    (PolicyError, ValueError),
+    (JSONProblem, ValueError),
+    (RetrievalError, RuntimeError),
+    (PyseriniUnavailableError, ImportError),
+    (IndexNotFoundError, FileNotFoundError),
+    (IndexMismatchError, RetrievalError),
+    (SandboxError, RuntimeError),
+    (SandboxUnavailable, RuntimeError),
+    (GenerationError, RuntimeError),
+    (ChatTemplateError, ValueError),
+    (CheckpointError, RuntimeError),
+    (ConfigError, ValueError),
+    (ModelInitError, ValueError),
+    (ModelPolicyError, RuntimeError),
+    (RolloutError, RuntimeError),
+]
+
+
+@pytest.mark.parametrize(("error", "old_base"), ERRORS_AND_OLD_BASES, ids=lambda item: item.__name__)
+def test_each_error_derives_from_agent_gym_error_and_keeps_its_old_base(error: type, old_base: type) -> None:
+    assert issubclass(error, AgentGymError)
+    assert issubclass(error, old_base)
+
+
+def test_one_except_clause_catches_errors_from_different_modules() -> None:
+    caught = []
+    for error in (CalculatorError("bad expression"), DatasetNotAvailable("no file")):
+        try:
+            raise error
+        except AgentGymError as exc:
+            caught.append(type(exc))
+    assert caught == [CalculatorError, DatasetNotAvailable]

@@ -1,0 +1,167 @@
+"""The Python sandbox contains hostile programs: each one ends with a clear status, and this process lives on.
+
+These cases are the README's adversarial table. Limits are small so the whole file runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from agent_gym.tools.sandbox import Sandbox, SandboxLimits, SandboxRun, namespace_command
+
+pytestmark = pytest.mark.skipif(not os.uname().sysname == "Linux", reason="the sandbox needs Linux")
+
+LIMITS = SandboxLimits(wall_s=4.0, cpu_s=1.0, memory_mb=512, file_mb=1, output_chars=2_000)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Sandbox:
+    return Sandbox(LIMITS)
+
+
+def run(sandbox: Sandbox, code: str) -> SandboxRun:
+    result = sandbox.run(code)
+    assert os.getpid() > 0  # this process is still here to look
+    return result
+
+
+def test_a_program_that_prints_finishes_ok(sandbox: Sandbox) -> None:
+    result = run(sandbox, "print('hello', 6 * 7)")
+    assert (result.status, result.exit_code, result.stdout) == ("ok", 0, "hello 42\n")
+    assert result.observation() == "[status] finished (exit code 0)\n[stdout]\nhello 42"
+
+
+def test_an_exception_shows_its_traceback_without_the_launcher(sandbox: Sandbox) -> None:
+    result = run(sandbox, "def f():\n    return 1 / 0\nf()")
+    assert result.status == "exception" and result.exception == "ZeroDivisionError"
+    assert 'File "main.py", line 2, in f' in result.stderr
+    assert "sandbox_child" not in result.stderr
+    assert "raised ZeroDivisionError" in result.observation()
+
+
+def test_a_syntax_error_is_reported_as_python_reports_it(sandbox: Sandbox) -> None:
+    result = run(sandbox, "def f(:\n    pass")
+    assert result.exception == "SyntaxError" and 'File "main.py", line 1' in result.stderr
+
+
+def test_an_infinite_loop_is_stopped_at_the_cpu_limit(sandbox: Sandbox) -> None:
+    result = run(sandbox, "while True:\n    pass")
+    assert result.status == "cpu_limit"
+    assert result.wall_s < LIMITS.wall_s
+    assert "timed out" in result.summary()
+
+
+def test_a_sleeping_program_is_killed_at_the_wall_clock_limit() -> None:
+    result = Sandbox(SandboxLimits(wall_s=0.5, cpu_s=1.0)).run("import time\ntime.sleep(30)")
+    assert result.status == "timeout" and result.wall_s < 3.0
+
+
+def test_a_fork_bomb_cannot_fork(sandbox: Sandbox) -> None:
+    result = run(sandbox, "import os\nwhile True:\n    os.fork()")
+    assert result.status == "exception" and result.exception == "PermissionError"
+    assert result.isolation["seccomp"] is True
+
+
+def test_threads_still_work(sandbox: Sandbox) -> None:
+    code = "from concurrent.futures import ThreadPoolExecutor\nprint(list(ThreadPoolExecutor(4).map(abs, [-1, -2])))"
+    assert run(sandbox, code).stdout == "[1, 2]\n"
+
+
+def test_allocating_10_gb_raises_memory_error_inside_the_sandbox(sandbox: Sandbox) -> None:
+    result = run(sandbox, "block = bytearray(10 * 1024 ** 3)")
+    assert result.status == "memory" and "MemoryError" in result.stderr
+    assert "512 MiB" in result.summary()
+
+
+def test_writing_outside_the_run_directory_fails(sandbox: Sandbox, tmp_path: Path) -> None:
+    targets = [tmp_path / "escaped.txt", Path.home() / "agent-gym-sandbox-escape.txt"]
+    attempts = [f"try:\n    open({str(target)!r}, 'w').write('x')\nexcept OSError as e:\n    print(type(e).__name__)"
+                for target in targets]
+    code = "\n".join(attempts) + "\nopen('inside.txt', 'w').write('fine')\nprint(open('inside.txt').read())"
+    result = run(sandbox, code)
+    assert result.stdout.split() == ["PermissionError", "PermissionError", "fine"]
+    assert not any(target.exists() for target in targets)
+
+
+def test_the_run_directory_is_removed_afterwards(sandbox: Sandbox) -> None:
+    directory = run(sandbox, "import os\nos.mkdir('sub')\nos.chmod('sub', 0)\nos.chmod('.', 0o500)\nprint(os.getcwd())")
+    assert directory.stdout.strip() and not Path(directory.stdout.strip()).exists()
+
+
+def test_a_file_beyond_the_size_limit_cannot_be_written(sandbox: Sandbox) -> None:
+    result = run(sandbox, "open('big', 'wb').write(b'x' * (2 * 1024 * 1024))")
+    assert result.exception == "OSError" and "File too large" in result.stderr
+
+
+def test_the_parents_environment_cannot_be_read(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_GYM_TEST_SECRET", "hunter2")
+    code = ("import os\nprint(sorted(os.environ))\n"
+            f"try:\n    print(open('/proc/{os.getpid()}/environ', 'rb').read())\n"
+            "except OSError as e:\n    print(type(e).__name__)")
+    result = run(sandbox, code)
+    assert "hunter2" not in result.stdout and "AGENT_GYM_TEST_SECRET" not in result.stdout
+    assert result.stdout.splitlines()[-1] == "PermissionError"
+
+
+def test_a_loopback_port_the_test_opened_cannot_be_reached(sandbox: Sandbox) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+        code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+                "    print('connected')\nexcept OSError as e:\n    print(type(e).__name__)")
+        result = run(sandbox, code)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    assert result.stdout.strip() in ("PermissionError", "ConnectionRefusedError", "OSError")
+
+
+def test_killing_the_parent_fails(sandbox: Sandbox) -> None:
+    code = (f"import os, signal\nfor pid in (os.getppid(), {os.getpid()}, -1):\n    try:\n"
+            "        os.kill(pid, signal.SIGKILL)\n        print('sent')\n    except OSError as e:\n"
+            "        print(type(e).__name__)")
+    result = run(sandbox, code)
+    assert result.stdout.split() == ["PermissionError"] * 3
+
+
+def test_100_mb_of_output_is_cut_and_counted(sandbox: Sandbox) -> None:
+    result = run(sandbox, "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * (1 << 20))")
+    assert result.status == "ok" and result.stdout_bytes == 100 << 20
+    assert len(result.stdout) < LIMITS.output_chars + 200 and "output cut: 104,857,600 bytes" in result.stdout
+
+
+@pytest.mark.parametrize(("code", "exit_code"), [("import sys\nprint('bye')\nsys.exit(3)", 3),
+                                                 ("import os\nprint('bye')\nos._exit(0)", 0)])
+def test_sys_exit_and_os_exit_keep_the_output_and_the_exit_code(sandbox: Sandbox, code: str, exit_code: int) -> None:
+    result = run(sandbox, code)
+    assert result.exit_code == exit_code and result.stdout == "bye\n"
+    assert result.status == ("ok" if exit_code == 0 else "exit")
+
+
+def test_a_null_pointer_dereference_is_a_crash_with_a_python_stack(sandbox: Sandbox) -> None:
+    result = run(sandbox, "import ctypes\nctypes.string_at(0)")
+    assert result.status == "signal" and result.signal_name == "SIGSEGV"
+    assert "crashed" in result.summary() and 'File "main.py", line 2' in result.stderr
+
+
+def test_every_isolation_layer_holds_on_this_machine(sandbox: Sandbox) -> None:
+    isolation = run(sandbox, "pass").isolation
+    if not namespace_command():
+        pytest.skip("no unprivileged user namespaces here: the documented fallback applies")
+    assert isolation["namespaces"] is True and isolation["seccomp"] is True and isolation["landlock"] >= 1
+
+
+def test_asserts_that_call_something_are_counted_when_they_pass() -> None:
+    code = "assert True\nassert len('ab') == 2\nassert abs(-3) == 3\nassert max(1, 2) == 1\nassert min(1, 2) == 1"
+    result = Sandbox(LIMITS).run(code, count_asserts=True)
+    assert [record["line"] for record in result.reports if record["kind"] == "assert_passed"] == [2, 3]
+
+
+def test_bad_limits_are_refused_with_the_field_named() -> None:
+    with pytest.raises(ValueError, match="SandboxLimits.wall_s must be a positive number"):
+        SandboxLimits(wall_s=0)

@@ -1,0 +1,112 @@
+"""Decoding with N candidate turns: best-of-N by log-likelihood, and value-guided by the PPO critic."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+
+import agent_gym  # noqa: F401  (registers the env ids)
+from agent_gym.evaluation import run_episode
+from agent_gym.trainers.backends import Generation, GenerationBackend, SamplingParams
+from agent_gym.trainers.critic import CRITIC_FILE, ValueModel
+from agent_gym.trainers.model_init import init_model, load_model_and_tokenizer, texts_from_env
+from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError, best_candidate
+
+ENV_ID = "AgentR1-SynthHop-v0"
+ENV_KWARGS = {"num_pages": 200, "kinds": ["bridge"], "top_k": 2, "hops": 2, "num_questions": 20}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory):
+    texts = texts_from_env(ENV_ID, num_prompts=8, env_kwargs=ENV_KWARGS)
+    return init_model(texts, tmp_path_factory.mktemp("model"), preset="tiny", vocab_size=600, seed=0)
+
+
+class FixedCandidates(GenerationBackend):
+    """Returns the same three candidate turns every call, whatever the prompt."""
+
+    def __init__(self, tokenizer) -> None:
+        texts = ["<answer>alpha</answer>", "<answer>beta</answer>", "<answer>gamma</answer>"]
+        self.turns = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+        self.logprobs = [-3.0, -1.0, -2.0]  # beta is the likeliest
+        self.calls: list[SamplingParams] = []
+
+    def generate(self, prompts, params):
+        self.calls.append(params)
+        assert len(prompts) == len(self.turns)
+        pairs = zip(self.turns, self.logprobs, strict=True)
+        return [Generation(ids, [logprob / len(ids)] * len(ids), "stop") for ids, logprob in pairs]
+
+
+class CriticPreferring:
+    """A stand-in critic whose value of a sequence is 1 if it ends with the given candidate's ids, else 0."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+        self.seen: list[list[int]] = []
+
+    def turn_values(self, sequences):
+        self.seen.extend(sequences)
+        return [float(sequence[-len(self.ids):] == self.ids) for sequence in sequences]
+
+
+def _act(policy: ModelPolicy) -> str:
+    env = gym.make(ENV_ID, **ENV_KWARGS)
+    observation, info = env.reset(seed=0, options={"task_index": 0})
+    policy.begin(env.unwrapped, observation, info)
+    action = policy.act(observation, info)
+    env.close()
+    return action
+
+
+def test_best_candidate_is_the_highest_score_and_the_first_of_equals() -> None:
+    assert best_candidate([0.1, 0.7, 0.3]) == 1
+    assert best_candidate([0.5, 0.5]) == 0
+
+
+def test_value_guided_chooser_plays_the_candidate_with_the_highest_value(model_dir) -> None:
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    backend = FixedCandidates(tokenizer)
+    critic = CriticPreferring(backend.turns[2])  # gamma: neither the first nor the likeliest
+    policy = ModelPolicy(model, tokenizer, backend=backend, candidates=3, select="value", critic=critic)
+    assert _act(policy) == "<answer>gamma</answer>"
+    assert len(critic.seen) == 3 and all(len(seq) > len(backend.turns[0]) for seq in critic.seen)  # prompt + turn
+    assert backend.calls[0].temperature == 1.0
+
+
+def test_best_of_n_plays_the_candidate_the_policy_finds_likeliest(model_dir) -> None:
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    policy = ModelPolicy(model, tokenizer, backend=FixedCandidates(tokenizer), candidates=3, select="logprob")
+    assert _act(policy) == "<answer>beta</answer>"
+    assert policy.generated_tokens == sum(len(turn) for turn in policy.backend.turns)  # the cost counts all N
+
+
+def test_value_guided_decoding_without_a_critic_is_refused(model_dir) -> None:
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    with pytest.raises(ValueError, match="critic"):
+        ModelPolicy(model, tokenizer, candidates=4, select="value")
+    with pytest.raises(ModelPolicyError, match="critic"):
+        ModelPolicy.from_pretrained(model_dir, candidates=4, select="value")
+
+
+def test_a_saved_critic_loads_beside_its_policy_and_values_turns(model_dir, tmp_path) -> None:
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    critic = ValueModel.from_policy(model)
+    torch.nn.init.normal_(critic.value_head.weight)  # a non-trivial critic
+    model.save_pretrained(tmp_path / "final")
+    tokenizer.save_pretrained(tmp_path / "final")
+    critic.save(tmp_path / "final" / CRITIC_FILE)
+    policy = ModelPolicy.from_pretrained(tmp_path, candidates=2, select="value", max_new_tokens=6)
+    sequences = [[5, 6, 7], [5, 6, 7, 8, 9]]
+    assert policy.critic.turn_values(sequences) == pytest.approx(critic.eval().turn_values(sequences))
+    record = run_episode(gym.make(ENV_ID, **ENV_KWARGS), policy, seed=0, options={"task_index": 0})
+    assert record.generated_tokens > 0 and record.seconds > 0
+
+
+def test_turn_values_read_the_value_at_each_sequences_last_token(model_dir) -> None:
+    model, _ = load_model_and_tokenizer(model_dir)
+    critic = ValueModel.from_policy(model).eval()
+    torch.nn.init.normal_(critic.value_head.weight)
+    full = critic(torch.tensor([[5, 6, 7, 8, 9]]))[0]
+    assert critic.turn_values([[5, 6, 7], [5, 6, 7, 8, 9]]) == pytest.approx([float(full[2]), float(full[4])])
