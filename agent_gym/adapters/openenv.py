@@ -19,6 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agent_gym.error import AgentGymError
 from agent_gym.spaces import UnicodeText
 
 __all__ = ["RemoteEnv", "RemoteEnvError"]
@@ -26,7 +27,7 @@ __all__ = ["RemoteEnv", "RemoteEnvError"]
 _UNBOUNDED_TEXT = 1_000_000  # when a server reports no length
 
 
-class RemoteEnvError(RuntimeError):
+class RemoteEnvError(AgentGymError, RuntimeError):
     """The env server could not be reached, closed the session, timed out, or answered with an error."""
 
 
