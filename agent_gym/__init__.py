@@ -43,3 +43,15 @@ __all__ = [
 ]
 
 register_suite()
+
+
+def _register_remote_env() -> None:
+    """``AgentGym-Remote-v0`` (kwarg ``base_url``): an env served by ``agent-gym env serve``, by id, so the CLI can
+    evaluate a model on it. Not one of the suite's ids (``agent-gym envs``): it holds no env of its own."""
+    import gymnasium as gym
+
+    gym.register(id=REMOTE_ENV_ID, entry_point="agent_gym.adapters.openenv:RemoteEnv")
+
+
+REMOTE_ENV_ID = "AgentGym-Remote-v0"
+_register_remote_env()

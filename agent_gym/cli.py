@@ -56,6 +56,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "agent_gym.trainers.trainer:add_train_arguments", "agent_gym.trainers.trainer:run_train"),
     "plot": ("draw a run's training curves to PNG", "agent_gym.trainers.plot:add_plot_arguments",
              "agent_gym.trainers.plot:run_plot"),
+    "bench": ("train several RL libraries on one env under one budget; one table, one JSONL schema, curves",
+              "agent_gym.bench.command:add_bench_arguments", "agent_gym.bench.command:run_bench"),
+    "env serve": ("serve an env over the OpenEnv protocol (one env per WebSocket session)",
+                  "agent_gym.adapters.openenv_server:add_env_serve_arguments",
+                  "agent_gym.adapters.openenv_server:run_env_serve"),
 }
 
 
@@ -64,6 +69,7 @@ GROUPS: dict[str, str] = {
     "data": "download the datasets' official files, or see where they go",
     "index": "build search indexes and serve them over HTTP",
     "model": "build small models to train",
+    "env": "serve envs to other processes and machines",
 }
 
 

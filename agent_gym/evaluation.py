@@ -1,4 +1,11 @@
-"""Run a policy for N episodes and summarise EM / F1 / turns / tool-call validity (``agent-gym eval``)."""
+"""Run a policy for N episodes and summarise EM / F1 / turns / tool-call validity (``agent-gym eval``).
+
+The loop needs only the Gymnasium contract of the README (``reset``/``step`` and the info keys), so it runs on any
+conforming env, ``RemoteEnv`` included. A policy's ``begin(env, observation, info)`` receives ``env.unwrapped``:
+that is the hook through which the scripted policies that need gold data (the oracle's decompositions, the
+tasks' supporting titles) read the env's ``task`` and ``tools``, which ``ToolEnv`` has; a model policy reads only
+``info["messages"]``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,6 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-from agent_gym.env import ToolEnv
 from agent_gym.policies import Policy
 
 __all__ = ["EpisodeRecord", "run_episode", "evaluate", "summarize", "format_table"]
@@ -42,27 +48,27 @@ class EpisodeRecord:
 
 def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None,
                 options: dict[str, Any] | None = None) -> EpisodeRecord:
-    """Play one episode of ``policy`` in ``env`` (any wrapper around a :class:`ToolEnv`)."""
-    tool_env = env.unwrapped
-    if not isinstance(tool_env, ToolEnv):
-        raise TypeError(f"scripted policies need a ToolEnv, got {type(tool_env).__name__}")
+    """Play one episode of ``policy`` in ``env`` (any env that follows the README's contract)."""
     started, tokens_before = time.perf_counter(), getattr(policy, "generated_tokens", None)
-    observation, info = env.reset(seed=seed, options=options)
-    policy.begin(tool_env, observation, info)
-    total_reward, calls, valid_calls, format_errors = 0.0, 0, 0, 0
+    question, info = env.reset(seed=seed, options=options)
+    policy.begin(env.unwrapped, question, info)
+    observation = question
+    total_reward, calls, valid_calls, format_errors, turns = 0.0, 0, 0, 0, 0
     terminated = truncated = False
     while not (terminated or truncated):
         observation, reward, terminated, truncated, info = env.step(policy.act(observation, info))
         total_reward += reward
-        calls += len(info["tool_calls"])
-        valid_calls += sum(1 for call in info["tool_calls"] if call["ok"] and call["error"] is None)
-        format_errors += int(bool(info["format_errors"]))
-    components = info["reward_components"]
-    assert tool_env.task is not None
+        turns += 1
+        tool_calls = info.get("tool_calls") or []
+        calls += len(tool_calls)
+        valid_calls += sum(1 for call in tool_calls if call.get("ok") and call.get("error") is None)
+        format_errors += int(bool(info.get("format_errors")))
+    components = info.get("reward_components") or {}
     return EpisodeRecord(
-        task_id=info["task_id"], question=tool_env.task.question, answer=info.get("answer"),
-        gold_answers=info["gold_answers"], reward=total_reward, em=components["em"], f1=components["f1"],
-        turns=info["turn"], tool_calls=calls, valid_tool_calls=valid_calls, format_errors=format_errors,
+        task_id=str(info.get("task_id", "")), question=question, answer=info.get("answer"),
+        gold_answers=list(info.get("gold_answers") or []), reward=total_reward,
+        em=float(components.get("em", 0.0)), f1=float(components.get("f1", 0.0)), turns=int(info.get("turn", turns)),
+        tool_calls=calls, valid_tool_calls=valid_calls, format_errors=format_errors,
         evidence_recall=info.get("evidence_recall"), terminated=terminated, seconds=time.perf_counter() - started,
         generated_tokens=None if tokens_before is None else policy.generated_tokens - tokens_before,
     )
@@ -72,17 +78,16 @@ def evaluate(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0, out_
              progress: bool = True, description: str = "eval") -> list[EpisodeRecord]:
     """Evaluate on the first ``episodes`` tasks of the env's task list (distinct tasks, in order).
 
-    Each record is appended to ``out_path`` (JSONL) as soon as its episode ends, so an interrupted run keeps
-    what it measured. A policy's ``check_tasks`` runs first (the oracle raises ``PolicyError`` on tasks
-    without gold decompositions).
+    Episode ``i`` resets with ``options={"task_index": i}``. An env that does not expose its task list
+    (``env.unwrapped.tasks``; a ``RemoteEnv``) plays ``episodes`` episodes. Each record is appended to
+    ``out_path`` (JSONL) as soon as its episode ends, so an interrupted run keeps what it measured. A policy's
+    ``check_tasks`` runs first (the oracle raises ``PolicyError`` on tasks without gold decompositions).
     """
-    tool_env = env.unwrapped
-    if not isinstance(tool_env, ToolEnv):
-        raise TypeError(f"scripted policies need a ToolEnv, got {type(tool_env).__name__}")
-    count = min(episodes, len(tool_env.tasks))
+    tasks = getattr(env.unwrapped, "tasks", None)
+    count = min(episodes, len(tasks)) if tasks is not None else episodes
     check_tasks = getattr(policy, "check_tasks", None)
-    if callable(check_tasks):  # e.g. the oracle refuses tasks without gold decompositions, before any episode
-        check_tasks(tool_env.tasks[:count])
+    if callable(check_tasks) and tasks is not None:  # e.g. the oracle refuses tasks without gold decompositions
+        check_tasks(tasks[:count])
     records: list[EpisodeRecord] = []
     if out_path:
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)

@@ -41,10 +41,24 @@ class Policy(Protocol):
     def act(self, observation: str, info: dict[str, Any]) -> str: ...
 
 
+def require_gold_hook(policy: object, env: Any) -> None:
+    """Raise :class:`PolicyError` unless ``env`` offers what a gold-reading scripted policy reads: ``task`` (the
+    episode's :class:`~agent_gym.tasks.Task`), ``tools`` (name -> :class:`~agent_gym.tools.Tool`) and
+    ``tool_format``, as :class:`ToolEnv` does. This is the hook an env implements to be played by them."""
+    missing = [name for name in ("task", "tools", "tool_format") if getattr(env, name, None) is None]
+    if missing:
+        raise PolicyError(
+            f"the {type(policy).__name__} scripted policy reads the env's gold task and tools (env.unwrapped."
+            f"{', env.unwrapped.'.join(missing)}), which {type(env).__name__} does not expose; evaluate a model "
+            "(--model), which needs only info['messages'], or give the env those attributes as ToolEnv has"
+        )
+
+
 class _ScriptedPolicy:
     """Shared plumbing: the env's format and search tool name."""
 
     def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
+        require_gold_hook(self, env)
         self.env = env
         self.format = env.tool_format
         self.task = env.task
@@ -181,6 +195,7 @@ class WeakMultiHopPolicy:
         self.current: Policy = NaiveRAGPolicy()
 
     def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
+        require_gold_hook(self, env)
         multihop = self.rng.random() < self.p_multihop
         assert env.task is not None
         # Tasks without a gold decomposition have no hops to follow: naive-rag plays them.

@@ -13,7 +13,7 @@ import time
 import gymnasium as gym
 
 import agent_gym  # noqa: F401 - registers the ids
-from agent_gym.trainers.adapters.candidate_actions import CandidateActionWrapper
+from agent_gym.adapters.candidate_actions import CandidateActionWrapper
 
 
 def make(split: str, hops: int) -> CandidateActionWrapper:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import agent_gym  # noqa: F401 - registers the ids
-from agent_gym.trainers.adapters.candidate_actions import CandidateActionWrapper
+from agent_gym.adapters.candidate_actions import CandidateActionWrapper
 
 SMALL = {"hops": 1, "num_pages": 2000, "num_questions": 30}
 
@@ -87,3 +87,37 @@ def test_a_tool_with_two_string_arguments_is_refused_at_construction():
     env = ToolEnv([Task("t", "How many miles is 3 km?", ("1.86",))], [convert])
     with pytest.raises(ValueError, match="one string argument.*'convert' takes value, unit"):
         CandidateActionWrapper(env)
+
+
+def test_action_masks_allow_exactly_the_filled_slots_and_the_question_search():
+    env = _wrapped()
+    env.reset(options={"task_index": 0})
+    mask, filled, k = env.action_masks(), len(env._candidates), env.num_candidates
+    assert mask.shape == (2 * k + 1,) and mask[2 * k]
+    assert mask[:k].tolist() == [slot < filled for slot in range(k)] == mask[k : 2 * k].tolist()
+
+
+def test_the_turn_feature_follows_info_turn():
+    env = _wrapped()
+    observation, _ = env.reset(options={"task_index": 0})
+    assert observation[-3] == 0.0
+    observation, _, _, _, info = env.step(2 * env.num_candidates)  # search the question
+    assert info["turn"] == 1 and observation[-3] == pytest.approx(1 / env.unwrapped.max_turns)
+
+
+@pytest.mark.slow
+def test_sb3_contrib_maskable_ppo_trains_and_only_picks_valid_actions():
+    maskable = pytest.importorskip("sb3_contrib", reason="sb3-contrib not installed: pip install 'agent-gym[sb3]'")
+    from sb3_contrib.common.maskable.utils import get_action_masks
+
+    env = _wrapped()
+    model = maskable.MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, verbose=0)
+    model.learn(128)
+    observation, _ = env.reset(options={"task_index": 1})
+    for _ in range(3):
+        action, _ = model.predict(observation, action_masks=get_action_masks(env), deterministic=False)
+        assert env.action_masks()[int(action)]
+        observation, _, terminated, truncated, _ = env.step(int(action))
+        if terminated or truncated:
+            break
+    assert model.num_timesteps >= 128

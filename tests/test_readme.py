@@ -36,3 +36,33 @@ def test_readme_quick_start_runs():
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)
     assert "format" in namespace["info"]["reward_components"]
+
+
+def _run_block(marker: str) -> dict:
+    block = next(b for b in _python_blocks() if marker in b)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    return namespace
+
+
+def test_readme_skyrl_snippet_runs():
+    import pytest
+
+    pytest.importorskip("skyrl_gym")
+    output = _run_block("skyrl_gym.make")["output"]
+    assert output["done"] is False and output["observations"][0]["role"] == "tool"
+
+
+def test_readme_torchrl_snippet_runs():
+    import pytest
+
+    pytest.importorskip("torchrl")
+    rollout = _run_block("make_torchrl_env")["rollout"]
+    assert rollout["next", "terminated"].all()
+
+
+def test_readme_maskable_ppo_snippet_runs():
+    import pytest
+
+    pytest.importorskip("sb3_contrib")
+    assert _run_block("MaskablePPO")["model"].num_timesteps >= 128

@@ -282,6 +282,32 @@ def test_retrieve_endpoint_without_scores_returns_bare_documents(server_url: str
                                 "contents": f'"Seine"\n{CORPUS[6]["text"]}'}]]
 
 
+def test_skyrl_gyms_own_search_tool_reads_our_retrieve_endpoint(server_url: str) -> None:
+    search_tools = pytest.importorskip("skyrl_gym.tools.search", reason="skyrl-gym not installed")
+    group = search_tools.SearchToolGroup(search_url=f"{server_url}/retrieve", topk=2, log_requests=False)
+    result = json.loads(group.search("Seine"))["result"]  # SkyRL-Gym 0.4.0 posts {"query": "Seine", ...}
+    assert result.startswith('Doc 1: "Seine"') and CORPUS[6]["text"] in result
+
+
+def test_a_msgpack_retrieve_gets_msgpack_back_with_one_querys_hits(server_url: str) -> None:
+    msgspec = pytest.importorskip("msgspec")
+    body = msgspec.msgpack.encode({"query": "Seine", "topk": 1, "return_scores": True})
+    answer = httpx.post(f"{server_url}/retrieve", content=body)  # GEM sends no content type
+    result = msgspec.msgpack.decode(answer.content)["result"]
+    assert answer.headers["content-type"] == "application/msgpack"
+    assert [hit["document"]["title"] for hit in result] == ["Seine"] and result[0]["score"] > 0
+
+
+def test_a_malformed_msgpack_body_gets_422(server_url: str) -> None:
+    answer = httpx.post(f"{server_url}/retrieve", content=b"\x93\x01", headers={"content-type": "application/msgpack"})
+    assert answer.status_code == 422 and "msgpack" in answer.json()["error"]
+
+
+def test_retrieve_refuses_both_query_and_queries(server_url: str) -> None:
+    answer = httpx.post(f"{server_url}/retrieve", json={"query": "Seine", "queries": ["Seine"]})
+    assert answer.status_code == 422 and "not both or neither" in answer.json()["error"]
+
+
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [

@@ -7,6 +7,9 @@ Endpoints:
   ``{"queries": [...], "topk": 3, "return_scores": true}`` ->
   ``{"result": [[{"document": {"id", "title", "text", "contents"}, "score": s}, ...], ...]}``
   (without ``return_scores`` each hit is the bare document, as in Search-R1's ``retrieval_server.py``).
+  SkyRL-Gym 0.4.0's search tool posts one ``"query": "..."`` instead of ``queries``; it is read as a batch of one.
+  GEM's search tool (gem-llm 0.1.0) posts the same fields as msgpack and reads msgpack back: a msgpack request
+  gets a msgpack answer, and for one ``query`` its ``result`` is that query's list of hits, as GEM's server sends.
 - ``GET /health``   200 ``{"status": "ok", "backend", "documents", "pid", ...limits}`` once the index is loaded
   and a first search has run (``documents`` from the index's manifest); 503 while loading or after a failed load.
 
@@ -67,6 +70,21 @@ def _json(payload: Any, status: int = 200) -> Any:
     # Serialising by hand skips FastAPI's jsonable_encoder pass over every hit.
     body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return Response(content=body, status_code=status, media_type="application/json")
+
+
+def _unpack(raw: bytes) -> Any:
+    import msgspec
+
+    try:
+        return msgspec.msgpack.decode(raw)
+    except msgspec.DecodeError as error:
+        raise ValueError(str(error)) from error
+
+
+def _pack(payload: Any) -> bytes:
+    import msgspec
+
+    return msgspec.msgpack.encode(payload)
 
 
 def _error(status: int, message: str) -> Any:
@@ -222,9 +240,16 @@ def create_app(
         k: StrictInt | None = None
 
     class RetrieveRequest(BaseModel):  # Search-R1's QueryRequest, extra fields tolerated as there
-        queries: list[StrictStr]
+        queries: list[StrictStr] | None = None
+        query: StrictStr | None = None  # SkyRL-Gym's SearchToolGroup sends one query under this key
         topk: StrictInt | None = None
         return_scores: StrictBool = False
+
+        def batch(self) -> list[str]:
+            if (self.queries is None) == (self.query is None):
+                raise _HTTPProblem(422, 'invalid request: give "queries": [str, ...] (Search-R1) or "query": str '
+                                        '(SkyRL-Gym), not both or neither')
+            return self.queries if self.queries is not None else [self.query]
 
     holder = _RetrieverHolder(retriever_factory)
     limits = {"max_queries": max_queries, "max_query_chars": max_query_chars, "default_k": default_k,
@@ -246,7 +271,7 @@ def create_app(
             where = ".".join(str(part) for part in err.get("loc", ()) if part != "body") or "body"
             problems.append(f"{where}: {err.get('msg', 'invalid')}")
         expected = ('{"queries": [str, ...], "k": int}' if request.url.path == "/search"
-                    else '{"queries": [str, ...], "topk": int, "return_scores": bool}')
+                    else '{"queries": [str, ...] or "query": str, "topk": int, "return_scores": bool}')
         return _error(422, f"invalid request ({'; '.join(problems)}); expected JSON {expected}")
 
     def check_and_search(queries: list[str], k: int | None) -> list[list[Hit]]:
@@ -283,19 +308,43 @@ def create_app(
                                     "score": _finite(hit.score)} for hit in hits] for hits in results]})
 
     @app.post("/retrieve")
-    def retrieve(request: RetrieveRequest) -> Any:
+    async def retrieve(request: Request) -> Any:
+        from pydantic import ValidationError
+        from starlette.concurrency import run_in_threadpool
+
+        raw = await request.body()
+        # GEM's search tool posts msgpack with no content type; JSON bodies start with "{" (or whitespace)
+        packed = "msgpack" in request.headers.get("content-type", "") or raw[:1] not in (b"", b"{", b"[", b" ",
+                                                                                           b"\n", b"\r", b"\t")
+        try:
+            data = _unpack(raw) if packed else json.loads(raw or b"null")
+            body = RetrieveRequest.model_validate(data)
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in error.errors())
+            raise _HTTPProblem(422, f"invalid request ({problems}); expected {'msgpack' if packed else 'JSON'} "
+                                    '{"queries": [str, ...] or "query": str, "topk": int, "return_scores": bool}'
+                               ) from error
+        except ValueError as error:
+            raise _HTTPProblem(422, f"invalid request: the body is not {'msgpack' if packed else 'JSON'} "
+                                    f"({error})") from error
         # Search-R1 falls back to its default top-k when topk is missing or 0.
-        results = check_and_search(request.queries, request.topk or None)
+        results = await run_in_threadpool(check_and_search, body.batch(), body.topk or None)
         payload = []
         for hits in results:
             documents = [{"id": hit.id, "title": hit.title, "text": hit.text,
                           "contents": f'"{hit.title}"\n{hit.text}'} for hit in hits]  # wiki-18's layout
-            if request.return_scores:
+            if body.return_scores:
                 payload.append([{"document": document, "score": _finite(hit.score)}
                                 for document, hit in zip(documents, hits, strict=True)])
             else:
                 payload.append(documents)
-        return _json({"result": payload})
+        if not packed:
+            return _json({"result": payload})
+        from fastapi import Response
+
+        # GEM's dialect: one query in, that query's hits out ({"result": [hit, ...]}), as its retrieval server does
+        result = payload[0] if body.query is not None else payload
+        return Response(content=_pack({"result": result}), media_type="application/msgpack")
 
     @app.get("/health")
     def health() -> Any:

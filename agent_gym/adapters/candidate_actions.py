@@ -11,6 +11,9 @@ It drives one tool: ``search`` if the env has one, else its first tool, which mu
 argument (the span); an env whose tool needs more is refused at construction. ``reset`` passes ``options``
 through, so ``options={"task_index": i}`` (task ``i`` of the env's list, modulo its length) or
 ``{"task_id": ...}`` pick the episode's task, as ``benchmarks/sb3_synthhop.py`` does for held-out evaluation.
+
+``action_masks()`` marks the actions that name a filled slot, so sb3-contrib's ``MaskablePPO`` never spends a step
+on an empty one (tested with sb3-contrib 2.9).
 """
 
 from __future__ import annotations
@@ -53,11 +56,13 @@ class CandidateActionWrapper(gym.Wrapper):
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(size,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(2 * num_candidates + 1)
         self._candidates: list[str] = []
+        self._turn = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         observation, info = self.env.reset(seed=seed, options=options)
         self._question = observation
         self._searched_question = False
+        self._turn = int(info.get("turn", 0))
         self._refresh("")
         return self._features(), info
 
@@ -76,9 +81,22 @@ class CandidateActionWrapper(gym.Wrapper):
         else:
             text = ""  # an empty slot: the env reports a malformed turn
         observation, reward, terminated, truncated, info = self.env.step(text)
+        self._turn = int(info.get("turn", self._turn + 1))  # the contract's info["turn"], not the env's private state
         if observation:
             self._refresh(observation)
         return self._features(), reward, terminated, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """Which actions are valid now: searching or answering a filled slot, or searching the question.
+
+        sb3-contrib's ``MaskablePPO`` calls this each step (its ``ActionMasker`` protocol).
+        """
+        k, filled = self.num_candidates, len(self._candidates)
+        mask = np.zeros(2 * k + 1, dtype=bool)
+        mask[:filled] = True
+        mask[k : k + filled] = True
+        mask[2 * k] = True
+        return mask
 
     def _checked(self, action: Any) -> int:
         """The action as an int, or a clear error (a negative int must not index from the end)."""
@@ -117,8 +135,7 @@ class CandidateActionWrapper(gym.Wrapper):
                 float(span in self._titles),
                 0.0 if rank is None else 1.0 / (1.0 + rank),
             )
-        turn = getattr(tool_env, "_turn", 0)
-        features[-3] = min(1.0, turn / tool_env.max_turns)
+        features[-3] = min(1.0, self._turn / tool_env.max_turns)
         features[-2] = float(bool(_NUMERIC_QUESTION.search(self._question)))
         features[-1] = float(self._searched_question)
         return features

@@ -1,1 +1,0 @@
-"""Adapters that let other RL libraries train on agent-gym environments."""
