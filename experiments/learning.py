@@ -466,6 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(model_dir, json.dumps({k: round(v, 3) for k, v in skill.items()}), flush=True)
         return 0
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     timings = Timings(out)
     pretrained = pretrain(args, timings)
     skill_path = out / "copy_skill.json"
