@@ -43,9 +43,12 @@ class EnvShard:
 
         self.batch = LocalEnvBatch([make() for make in env_fns])
 
-    def ready(self) -> tuple[int, list[str]]:
-        """This actor's pid and its envs' class names, once they are built."""
-        return os.getpid(), [self.batch.env_name(index) for index in range(self.batch.num_envs)]
+    def ready(self) -> tuple[int, str, list[str]]:
+        """This actor's pid, its node's id and its envs' class names, once they are built."""
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id()
+        return os.getpid(), node_id, [self.batch.env_name(index) for index in range(self.batch.num_envs)]
 
     def reset_batch(self, indices: list[int], kwargs: list[dict[str, Any]]) -> list[Any]:
         return self.batch.reset_batch(indices, kwargs)
@@ -66,6 +69,7 @@ class _Shard:
     first_index: int  # global index of the shard's first env
     actor: Any = None
     pid: int = -1
+    node_id: str = ""
     failures_in_a_row: int = 0  # failed calls since the shard last answered a step
 
 
@@ -85,12 +89,15 @@ class RayEnvPool:
         startup_timeout: seconds an actor may take to build its envs.
         max_failures_in_a_row: a shard whose calls fail this many times with no step answered in between
             stops the pool with `EnvPoolError` (its envs die or hang at once, whatever the restarts).
+        actor_options: more Ray actor options, e.g. ``{"scheduling_strategy": "SPREAD"}`` to put the actors on
+            different nodes, or ``{"resources": {...}}`` to pin them to CPU nodes.
 
     Ray must be connected first (`agent_gym.distributed.connect_ray`).
     """
 
     def __init__(self, env_fns: Sequence[EnvFactory], num_workers: int, *, step_timeout: float = 60.0,
-                 num_cpus: float = 1.0, startup_timeout: float = 300.0, max_failures_in_a_row: int = 3) -> None:
+                 num_cpus: float = 1.0, startup_timeout: float = 300.0, max_failures_in_a_row: int = 3,
+                 actor_options: Mapping[str, Any] | None = None) -> None:
         env_fns = list(env_fns)
         if not env_fns:
             raise EnvPoolError("RayEnvPool needs at least one env factory")
@@ -107,8 +114,8 @@ class RayEnvPool:
         self.step_timeout = step_timeout
         self.startup_timeout = startup_timeout
         self.max_failures_in_a_row = max_failures_in_a_row
-        self._actor_class = self._ray.remote(EnvShard).options(num_cpus=num_cpus, max_restarts=0,
-                                                                max_concurrency=1)
+        options = {"num_cpus": num_cpus, "max_restarts": 0, "max_concurrency": 1, **(actor_options or {})}
+        self._actor_class = self._ray.remote(EnvShard).options(**options)
         self._shards: list[_Shard] = []
         self._where: list[tuple[int, int]] = []  # global index -> (shard, index in the shard)
         start = 0
@@ -141,6 +148,10 @@ class RayEnvPool:
         """The process id of each shard's actor (on its node)."""
         return [shard.pid for shard in self._shards]
 
+    def worker_nodes(self) -> list[str]:
+        """The Ray node id of each shard's actor."""
+        return [shard.node_id for shard in self._shards]
+
     def _start_actors(self, shard_ids: Sequence[int]) -> None:
         ray = self._ray
         for shard_id in shard_ids:
@@ -153,9 +164,9 @@ class RayEnvPool:
                                f"{self.startup_timeout:g} s (startup_timeout)") from error
         except ray.exceptions.RayError as error:
             raise EnvPoolError(f"an env worker failed to build its envs: {error}") from error
-        for shard_id, (pid, names) in zip(shard_ids, answers, strict=True):
+        for shard_id, (pid, node_id, names) in zip(shard_ids, answers, strict=True):
             shard = self._shards[shard_id]
-            shard.pid = pid
+            shard.pid, shard.node_id = pid, node_id
             for local, name in enumerate(names):
                 self._names[shard.first_index + local] = name
 

@@ -20,6 +20,7 @@ Two Ray defaults are changed or pinned, deliberately:
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from agent_gym.error import AgentGymError
@@ -55,13 +56,13 @@ def connect_ray(address: str | None = None, *, num_cpus: int | None = None,
             ``RayEnvPool``'s ``num_cpus`` of them.
         object_store_bytes: the local cluster's object store (see the module docstring).
     """
+    # Ray reads the mode into its config when it is imported: set it first. A process that imported Ray already
+    # (started a cluster in process, as Ray's test Cluster does) keeps the mode it has.
+    if address and AUTH_MODE_ENV not in os.environ and "ray" not in sys.modules:
+        os.environ[AUTH_MODE_ENV] = "token"
     ray = _import_ray()
     if ray.is_initialized():
         return ray
-    if address and AUTH_MODE_ENV not in os.environ:
-        os.environ[AUTH_MODE_ENV] = "token"
-        # Ray reads the mode into its config at import; re-read it, as Ray itself does when it enables tokens.
-        ray._raylet.Config.initialize("")
     try:
         if address:
             ray.init(address=address, configure_logging=True, logging_level="warning")
