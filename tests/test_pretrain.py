@@ -42,9 +42,10 @@ def test_previous_token_head_needs_attention_biases(tokenizer) -> None:
 
 
 def test_induction_rows_weight_exactly_the_tokens_a_copy_can_predict() -> None:
-    rows = induction_rows(random.Random(0), list(range(100, 164)), count=20, width=128)
+    rows = induction_rows(random.Random(0), list(range(100, 1000)), count=20, vocab=64, width=128)
     for row in rows:
         assert len(row.input_ids) == len(row.weights) == 128
+        assert len(set(row.input_ids)) <= 64  # each row draws from a subset of its own
         weighted = [t for t, w in enumerate(row.weights) if w]
         assert weighted and min(weighted) >= 128 // 4
         for t in weighted:  # every weighted token continues a span that occurred earlier

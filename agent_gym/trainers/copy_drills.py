@@ -66,6 +66,9 @@ def drill_row(tokenizer: Any, messages: Sequence[Mapping[str, Any]], form: str,
 class DrillSource:
     """Drill rows from episodes of ``policy`` on ``gymnasium.make(env_id, **env_kwargs, fresh_kwarg=value)``.
 
+    Pretraining drills the ``oracle``; SFT drills its own teacher, so the drills keep the copy skill without
+    changing the behaviour SFT clones.
+
     ``rows(index, tokens)`` is a function of ``index`` alone (its env is made with ``fresh_kwarg`` set to
     ``fresh_start + index``, its RNG seeded by it), so a resumed run draws the very rows it would have.
     Each call uses one row form, so the rows of a batch have similar lengths and little padding.
@@ -80,6 +83,7 @@ class DrillSource:
     forms: Mapping[str, float] | None = None
     env_token_weight: float = 0.1
     seed: int = 0
+    policy_options: Mapping[str, Any] | None = None  # e.g. {"p_multihop": 0.3} for weak-multihop
 
     def rows(self, index: int, tokens: int) -> list[WeightedRow]:
         """Rows of one form, from one fresh env, until they hold about ``tokens`` tokens."""
@@ -95,7 +99,7 @@ class DrillSource:
         env = gym.make(self.env_id, **{**self.env_kwargs, self.fresh_kwarg: self.fresh_start + index})
         rows: list[WeightedRow] = []
         try:
-            policy = make_policy(self.policy, seed=rng.randrange(2**31))
+            policy = make_policy(self.policy, seed=rng.randrange(2**31), **dict(self.policy_options or {}))
             task = 0
             while sum(len(row.input_ids) for row in rows) < tokens:
                 (play,) = play_policy_episodes(env, policy, 1, seed=task, task_offset=task, progress=False)

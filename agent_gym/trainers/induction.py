@@ -79,12 +79,16 @@ def induction_rows(
     rng: random.Random,
     token_ids: Sequence[int],
     count: int,
+    vocab: int | None = None,
     width: int = 128,
     span_lengths: tuple[int, int] = (3, 10),
     gaps: tuple[int, int] = (1, 20),
 ) -> list[WeightedRow]:
-    """``count`` rows of ``width`` random ids from ``token_ids`` in which spans of earlier ids recur.
+    """``count`` rows of ``width`` random ids in which spans of earlier ids recur.
 
+    Each row draws its ids from its own random subset of ``vocab`` of ``token_ids`` (all of them by default).
+    Measured: with one subset shared by the whole batch the loss stayed flat for 800 steps; with a subset per
+    row the phase change came at step ~400 (which ids a row uses is then only known from the row itself).
     From a quarter of the row on, spans of ``span_lengths`` ids copied from a random earlier place follow each
     other ``gaps`` ids apart. A span's first id cannot be predicted; the rest can, by induction alone (the
     offset to the source is random), so only they carry loss weight 1.
@@ -93,7 +97,8 @@ def induction_rows(
         raise ValueError(f"width must be at least {4 * span_lengths[1]} for spans up to {span_lengths[1]} ids")
     rows = []
     for _ in range(count):
-        ids = [rng.choice(token_ids) for _ in range(width)]
+        subset = rng.sample(list(token_ids), vocab) if vocab and vocab < len(token_ids) else token_ids
+        ids = [rng.choice(subset) for _ in range(width)]
         weights = [0.0] * width
         position = rng.randrange(width // 4, width - span_lengths[1])
         while position < width - span_lengths[1]:

@@ -88,6 +88,9 @@ class PretrainConfig:
     induction_hold_steps: int = field(default=500, metadata=_help("Steps before the induction vocabulary grows."))
     induction_doubling_steps: int = field(default=100, metadata=_help("Steps per doubling of that vocabulary."))
     induction_width: int = field(default=128, metadata=_help("Tokens per induction row."))
+    induction_rows: int = field(
+        default=32, metadata=_help("Induction rows per step (32 x 128 tokens: the batch measured to form induction).")
+    )
     drill_steps: int = field(default=3000, metadata=_help("Steps of stage 2 (drills)."))
     batch_tokens: int = field(default=8192, metadata=_help("Tokens per step (rows are added until reached)."))
     lr: float = field(default=3e-3, metadata=_help("Peak AdamW learning rate (from-scratch tiny models)."))
@@ -117,7 +120,7 @@ class PretrainConfig:
         for name in ("induction_steps", "drill_steps", "eval_every", "save_every", "warmup_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("batch_tokens", "eval_episodes", "keep_checkpoints", "induction_vocab_start"):
+        for name in ("batch_tokens", "eval_episodes", "keep_checkpoints", "induction_vocab_start", "induction_rows"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.total_steps < 1:
@@ -169,9 +172,7 @@ class Pretrainer:
             vocab = induction_vocab(step, self.text_token_ids, config.induction_vocab_start,
                                     config.induction_hold_steps, config.induction_doubling_steps)
             rng = random.Random(f"{config.seed}:induction:{step}")
-            ids = rng.sample(self.text_token_ids, vocab)
-            return induction_rows(rng, ids, max(1, config.batch_tokens // config.induction_width),
-                                  width=config.induction_width)
+            return induction_rows(rng, self.text_token_ids, config.induction_rows, vocab, width=config.induction_width)
         return self.drills.rows(step - config.induction_steps, config.batch_tokens)
 
     def measure(self) -> dict[str, float]:

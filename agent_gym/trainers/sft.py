@@ -41,6 +41,10 @@ class SFTExample:
     loss_mask: list[int]
 
 
+# Drill worlds of `agent-gym sft --drill-tokens`: the SFT env's settings in a small world, all its questions.
+SFT_DRILL_WORLD = {"num_pages": 300, "split": "all", "num_questions": 40}
+
+
 @dataclass
 class SFTConfig:
     """Supervised warm-start settings (defaults sized for the `tiny` preset on CPU)."""
@@ -225,12 +229,13 @@ def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-every", type=int, default=0,
                         help="steps between checkpoints in OUT/checkpoints; a rerun resumes from the latest")
     parser.add_argument("--drill-tokens", type=int, default=0,
-                        help="tokens of pointer drills mixed into every step (0: none); drills keep the copy "
-                             "skill that SFT on one fixed world erodes (see `agent-gym model pretrain`)")
+                        help="tokens of drills mixed into every step (0: none): the same policy's episodes on "
+                             "fresh worlds, cut short; they keep the copy skill that SFT on one fixed world erodes "
+                             "(see `agent-gym model pretrain`)")
     parser.add_argument("--drill-weight", type=float, default=SFTConfig.drill_weight,
                         help="loss weight of the drills")
     parser.add_argument("--drill-env-kwargs", default=None, metavar="JSON",
-                        help="overrides of the env kwargs for drill envs (default: the pretraining drill worlds)")
+                        help=f"overrides of the env kwargs for drill envs (default: {SFT_DRILL_WORLD})")
     parser.add_argument("--drill-fresh-kwarg", default="world_seed",
                         help="env kwarg given a new value for every step's drills (never-seen names)")
     parser.add_argument("--drill-fresh-start", type=int, default=2_000_000, help="first value of it")
@@ -269,11 +274,13 @@ def run_sft(ns: argparse.Namespace) -> int:
     drills = None
     if ns.drill_tokens > 0:
         from agent_gym.trainers.copy_drills import DrillSource
-        from agent_gym.trainers.pretrain import DRILL_ENV_KWARGS
 
         overrides = parse_json_object(ns.drill_env_kwargs, "--drill-env-kwargs")
-        drill_kwargs = {**env_kwargs, **DRILL_ENV_KWARGS, **overrides}
-        drills = DrillSource(tokenizer, ns.env, drill_kwargs, ns.drill_fresh_kwarg, ns.drill_fresh_start, seed=ns.seed)
+        # The env's own questions, in small worlds made fresh every step (cheap to build).
+        drill_kwargs = {**env_kwargs, **SFT_DRILL_WORLD, **overrides}
+        # The drills are the teacher's own episodes on fresh worlds: the same behaviour, never-seen names.
+        drills = DrillSource(tokenizer, ns.env, drill_kwargs, ns.drill_fresh_kwarg, ns.drill_fresh_start,
+                             policy=ns.policy, seed=ns.seed, policy_options=policy_options)
     out = Path(ns.out)
     losses = train_sft(model, tokenizer, examples, config, output_dir=out, drills=drills)
     model.save_pretrained(out)
