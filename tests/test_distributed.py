@@ -23,6 +23,7 @@ from agent_gym.env import ToolEnv  # noqa: E402
 from agent_gym.tools import ToolResult  # noqa: E402
 from agent_gym.trainers.backends import Generation, GenerationBackend, TransformersBackend  # noqa: E402
 from agent_gym.trainers.chat_template import encode_text  # noqa: E402
+from agent_gym.trainers.env_batch import EnvLost  # noqa: E402
 from agent_gym.trainers.model_init import build_model, train_tokenizer  # noqa: E402
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig, RolloutError  # noqa: E402
 
@@ -233,3 +234,14 @@ def test_agent_gym_train_with_env_workers_runs_a_step_on_the_suite_env(local_ray
                    "--output-dir", str(tmp_path / "run")])
     assert status == 0
     assert read_metrics(tmp_path / "run")[-1]["perf/dropped_episodes"] == 0.0
+
+
+def test_after_a_restart_the_shards_other_envs_are_lost_until_reset(local_ray):
+    with RayEnvPool([fact_env] * 2, num_workers=1, num_cpus=0.5) as pool:
+        pool.reset_batch([0, 1], [{"options": {"task_id": "capital-france"}}] * 2)
+        os.kill(pool.worker_pids()[0], signal.SIGKILL)
+        assert isinstance(pool.step_batch([0], ["<answer>Paris</answer>"])[0], EnvLost)  # the call that met the death
+        assert isinstance(pool.step_batch([1], ["<answer>Paris</answer>"])[0], EnvLost)  # its episode died with it
+        pool.reset_batch([1], [{"options": {"task_id": "capital-france"}}])
+        _, reward, terminated, _, _ = pool.step_batch([1], ["<answer>Paris</answer>"])[0]
+    assert terminated and reward == 1.0

@@ -223,7 +223,8 @@ class RayEnvPool:
             refs[shard_id] = remote_method.remote(locals_, args) if arguments is not None else \
                 remote_method.remote(locals_)
         deadline = time.monotonic() + self.step_timeout
-        ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.step_timeout)
+        if refs:
+            ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.step_timeout)
         for shard_id, ref in refs.items():
             globals_ = calls[shard_id][0]
             try:

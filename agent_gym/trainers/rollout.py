@@ -252,7 +252,8 @@ class RolloutCollector:
         for (env_index, spec_index), reset in zip(starting, resets, strict=True):
             if isinstance(reset, EnvLost):
                 self.dropped_episodes += 1
-                episodes.append(_Episode(env_index, "", spec_index, [], [], [], finished=True, lost=True))
+                episodes.append(_Episode(env_index=env_index, group_id="", spec_index=spec_index, tools=[],
+                                         stop_strings=[], samples=[], finished=True, lost=True))
             else:
                 episodes.append(self._episode(env_index, spec_index, reset_kwargs[spec_index], reset))
         return episodes
