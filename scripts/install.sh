@@ -11,7 +11,7 @@ what="${1:-core}"
 pip() { python -m pip --disable-pip-version-check -q "$@"; }
 
 pip install "torch==2.13.0"
-pip install -e ".[retrieval,datasets,train,sb3,torchrl,skyrl,code,math,dev]"
+pip install -e ".[retrieval,datasets,train,sb3,torchrl,skyrl,distributed,code,math,dev]"
 
 if [ "$what" = "all" ]; then
   pip install -e ".[pyserini]"

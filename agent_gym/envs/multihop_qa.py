@@ -111,7 +111,8 @@ def make_qa_env(
         setting: HotpotQA only: ``distractor`` (default) or ``fullwiki`` (hotpot_dev_fullwiki_v1.json, found in
             ``data_path``'s folder or the cache; its ``distractor`` corpus is then the paragraphs an IR system
             retrieved from Wikipedia for each question; pass ``corpus=`` a Wikipedia index for the real thing).
-        corpus: ``distractor``, a corpus JSONL path, an index directory, or a search-server URL.
+        corpus: ``distractor``, a corpus JSONL path, an index directory, or a search-server URL (several,
+            comma-separated: replicas, balanced and failed over by `RemoteRetriever`).
         retriever: ``bm25`` (the embedded default engine), ``tantivy``, ``bm25s``, ``pyserini``, ``dense``,
             ``hybrid``; ignored for index directories and URLs, which carry their own.
         encoder: the dense encoder (default MiniLM, offline).

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,36 +56,68 @@ def _error_message(body: bytes) -> str:
     return str(decoded)[:500]
 
 
-class RemoteRetriever(Retriever):
-    """A `Retriever` answered by a search server over HTTP (keep-alive, batched ``POST /search``).
+@dataclass
+class _Replica:
+    """One server of the fleet, as this process sees it."""
 
+    url: str
+    pending: int = 0  # requests in flight to it
+    down: bool = False  # failed or timed out: out of rotation until a /health probe answers 200
+    problem: str = ""  # why it went down
+
+
+class RemoteRetriever(Retriever):
+    """A `Retriever` answered by one search server, or by a fleet of replicas of it, over HTTP (keep-alive,
+    batched ``POST /search``).
+
+    - ``url``: one server, several (a sequence, or one string of comma-separated URLs): replicas serving the
+      same index, e.g. from ``agent-gym index serve --replicas N``. Each request goes to the healthy replica with
+      the fewest requests in flight from this process (round-robin among equals). A replica that fails
+      (connection error, timeout, 5xx) leaves the rotation at once and the request moves on to another; a
+      background probe (``GET /health`` every ``probe_interval`` seconds) puts it back once it answers 200.
+      Only when every replica is down does a search retry with backoff, and it raises when none answered.
     - Batches larger than the server's ``max_queries`` are split; queries longer than its
       ``max_query_chars`` are truncated (a retriever must accept any string), as /health reports.
-    - Connection errors, timeouts and 5xx are retried ``retries`` times with exponential backoff
-      (``backoff``, ``2 * backoff``, ... seconds, at most 8 s); then a `RetrievalError` names the URL
-      and how to start a server. 4xx are not retried.
-    - ``timeout`` bounds each attempt; ``total_timeout`` bounds one whole :meth:`search` call, attempts,
-      pauses and split batches included. A server that stops answering but keeps its connections open
-      (stopped, deadlocked) costs the caller at most ``total_timeout`` seconds, then a `RetrievalError`.
-    - One instance is safe to share between threads, and can be pickled (to subprocess vector envs):
-      each process opens its own connection pool.
+    - With every replica down, connection errors, timeouts and 5xx are retried ``retries`` times with
+      exponential backoff (``backoff``, ``2 * backoff``, ... seconds, at most 8 s); then a `RetrievalError` names
+      the URL(s) and how to start a server. 4xx are not retried.
+    - ``timeout`` bounds each attempt (with several replicas, also half of ``total_timeout``, so a hung replica
+      leaves time to ask another); ``total_timeout`` bounds one whole :meth:`search` call, attempts, pauses and
+      split batches included. A server that stops answering but keeps its connections open (stopped,
+      deadlocked) costs the caller at most ``total_timeout`` seconds, then a `RetrievalError`.
+    - One instance is safe to share between threads, and can be pickled (to subprocess vector envs, Ray
+      actors): each process opens its own connection pool and keeps its own view of the replicas.
     """
 
-    def __init__(self, url: str, timeout: float = 30.0, retries: int = 3, backoff: float = 0.5,
-                 total_timeout: float = DEFAULT_TOTAL_TIMEOUT_S) -> None:
-        if timeout <= 0 or retries < 0 or backoff < 0 or total_timeout <= 0:
-            raise ValueError(f"need timeout > 0, retries >= 0, backoff >= 0, total_timeout > 0; "
-                             f"got {timeout}, {retries}, {backoff}, {total_timeout}")
-        self.url = _normalise_url(url)
+    def __init__(self, url: str | Sequence[str], timeout: float = 30.0, retries: int = 3, backoff: float = 0.5,
+                 total_timeout: float = DEFAULT_TOTAL_TIMEOUT_S, probe_interval: float = 1.0) -> None:
+        if timeout <= 0 or retries < 0 or backoff < 0 or total_timeout <= 0 or probe_interval <= 0:
+            raise ValueError(f"need timeout > 0, retries >= 0, backoff >= 0, total_timeout > 0, probe_interval > 0; "
+                             f"got {timeout}, {retries}, {backoff}, {total_timeout}, {probe_interval}")
+        urls = url.split(",") if isinstance(url, str) else list(url)
+        urls = [_normalise_url(one) for one in urls if one.strip()]
+        if not urls:
+            raise ValueError("RemoteRetriever needs at least one server URL")
+        self.urls = urls
+        self.url = ",".join(urls)
         self.timeout = timeout
         self.total_timeout = total_timeout
         self.retries = retries
         self.backoff = backoff
+        self.probe_interval = probe_interval
         self.name = f"remote:{self.url}"
         self._health: dict[str, Any] | None = None
         self._client: httpx.Client | None = None
         self._client_pid = -1
         self._lock = threading.Lock()
+        self._reset_fleet_state()
+
+    def _reset_fleet_state(self) -> None:
+        self._replicas = [_Replica(url) for url in self.urls]
+        self._turn = 0  # round-robin position among equally loaded replicas
+        self._fleet_lock = threading.Lock()
+        self._probe_thread: threading.Thread | None = None
+        self._closed = threading.Event()
 
     # -- connection management ---------------------------------------------------------------------------
 
@@ -99,65 +132,134 @@ class RemoteRetriever(Retriever):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"], state["_client_pid"], state["_lock"] = None, -1, None
+        for key in ("_replicas", "_turn", "_fleet_lock", "_probe_thread", "_closed"):
+            state.pop(key)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._reset_fleet_state()
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             if self._client is not None and self._client_pid == os.getpid():
                 self._client.close()
             self._client = None
 
+    # -- the fleet -----------------------------------------------------------------------------------------
+
+    def replicas_up(self) -> list[str]:
+        """The URLs in rotation now (as this process sees them)."""
+        with self._fleet_lock:
+            return [replica.url for replica in self._replicas if not replica.down]
+
+    def _acquire(self) -> tuple[_Replica, bool]:
+        """The replica for the next attempt, counted as pending: the least-loaded one in rotation (round-robin
+        among equals), or, with none in rotation, the one that went down first; and whether it was in rotation."""
+        with self._fleet_lock:
+            count = len(self._replicas)
+            order = [self._replicas[(self._turn + offset) % count] for offset in range(count)]
+            self._turn = (self._turn + 1) % count
+            healthy = [replica for replica in order if not replica.down]
+            replica = min(healthy, key=lambda one: one.pending) if healthy else order[0]
+            replica.pending += 1
+            return replica, bool(healthy)
+
+    def _release(self, replica: _Replica, problem: str | None) -> None:
+        """End an attempt: a problem takes the replica out of rotation (and starts the probe), success puts it
+        back."""
+        with self._fleet_lock:
+            replica.pending -= 1
+            if problem is None:
+                replica.down = False
+                return
+            replica.down, replica.problem = True, problem
+            if len(self._replicas) > 1 and (self._probe_thread is None or not self._probe_thread.is_alive()):
+                self._probe_thread = threading.Thread(target=self._probe_down_replicas, name="search-probe",
+                                                      daemon=True)
+                self._probe_thread.start()
+
+    def _probe_down_replicas(self) -> None:
+        """Ask each replica out of rotation for /health until every one is back (or the retriever closes)."""
+        while not self._closed.wait(self.probe_interval):
+            with self._fleet_lock:
+                down = [replica for replica in self._replicas if replica.down]
+            if not down:
+                return
+            for replica in down:
+                try:
+                    answer = self._http().get(f"{replica.url}/health", timeout=min(self.timeout, 2.0))
+                except httpx.HTTPError:
+                    continue
+                if answer.status_code == 200:
+                    with self._fleet_lock:
+                        replica.down = False
+
     # -- requests ------------------------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, payload: dict | None = None, deadline: float | None = None) -> Any:
-        """Send one request with retries, all before ``deadline`` (``time.monotonic()``; default: now +
-        ``total_timeout``); return the decoded JSON body of a 2xx answer."""
+        """Send one request, failing over between replicas and retrying when all are down, all before
+        ``deadline`` (``time.monotonic()``; default: now + ``total_timeout``); return the decoded JSON body of a
+        2xx answer."""
         deadline = time.monotonic() + self.total_timeout if deadline is None else deadline
-        attempts = self.retries + 1
-        problem, tried = "", 0
-        for attempt in range(attempts):
-            if attempt:
-                pause = min(self.backoff * 2 ** (attempt - 1), _MAX_BACKOFF_S)
+        # With replicas, one hung replica must leave time to ask another.
+        attempt_timeout = self.timeout if len(self._replicas) == 1 else min(self.timeout, self.total_timeout / 2)
+        problem, tried, retried = "", 0, 0
+        url = self.urls[0]
+        while True:
+            replica, in_rotation = self._acquire()
+            if not in_rotation and tried:  # every replica is down: a retry, after a pause
+                if retried >= self.retries:
+                    self._release(replica, problem)
+                    break
+                retried += 1
+                pause = min(self.backoff * 2 ** (retried - 1), _MAX_BACKOFF_S)
                 # Keep room for one last attempt rather than sleeping through the deadline.
                 time.sleep(max(0.0, min(pause, deadline - time.monotonic() - 0.5)))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                self._release(replica, None if in_rotation else problem)
                 break
             tried += 1
+            url = replica.url
             try:
-                status, body = self._send(method, path, payload, min(self.timeout, remaining), deadline)
+                status, body = self._send(method, f"{url}{path}", payload, min(attempt_timeout, remaining),
+                                          deadline)
             except httpx.TransportError as exc:
                 problem = f"unreachable ({type(exc).__name__}: {exc or 'no detail'})"
+                self._release(replica, problem)
                 continue
             except TimeoutError:
                 problem = "sent no complete answer in time"
+                self._release(replica, problem)
                 continue
             if status in _RETRIABLE_STATUS:
                 problem = f"answered HTTP {status}: {_error_message(body)}"
+                self._release(replica, problem)
                 continue
+            self._release(replica, None)
             if status >= 400:
-                raise RetrievalError(f"search server at {self.url} rejected {method} {path} with HTTP "
+                raise RetrievalError(f"search server at {url} rejected {method} {path} with HTTP "
                                      f"{status}: {_error_message(body)}")
             try:
                 return json.loads(body)
             except ValueError as exc:
-                raise RetrievalError(f"search server at {self.url} sent a body that is not JSON: "
+                raise RetrievalError(f"search server at {url} sent a body that is not JSON: "
                                      f"{body[:200]!r}") from exc
+        where = f"search server at {url}" if len(self.urls) == 1 else \
+            f"none of the {len(self.urls)} search servers {self.url}; last, {url},"
         if time.monotonic() >= deadline:
-            raise RetrievalError(f"search server at {self.url} did not answer within {self.total_timeout:g} s "
+            raise RetrievalError(f"{where} did not answer within {self.total_timeout:g} s "
                                  f"(total_timeout; {tried} attempt(s), last: {problem or 'no answer'}); "
-                                 f"{_start_hint(self.url)}")
-        raise RetrievalError(f"search server at {self.url} {problem} after {tried} attempt(s); "
-                             f"{_start_hint(self.url)}")
+                                 f"{_start_hint(url)}")
+        raise RetrievalError(f"{where} {problem} after {tried} attempt(s); {_start_hint(url)}")
 
-    def _send(self, method: str, path: str, payload: dict | None, timeout: float,
+    def _send(self, method: str, url: str, payload: dict | None, timeout: float,
               deadline: float) -> tuple[int, bytes]:
         """One attempt: (status, body). Raises ``TimeoutError`` when the body is still arriving at ``deadline``."""
-        with self._http().stream(method, f"{self.url}{path}", json=payload, timeout=timeout) as response:
+        with self._http().stream(method, url, json=payload, timeout=timeout) as response:
             chunks = []
             for chunk in response.iter_bytes(_READ_CHUNK_BYTES):
                 chunks.append(chunk)

@@ -554,11 +554,17 @@ def add_index_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="LRU cache entries per worker; GRPO groups repeat queries (default: 0 = off)")
     parser.add_argument("--log-level", default="info",
                         choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--replicas", type=int, default=None, metavar="N",
+                        help="run N servers of the index on ports PORT .. PORT+N-1 and restart any that exits; "
+                             "clients list them all: RemoteRetriever('http://HOST:PORT,http://HOST:PORT+1,...') "
+                             "balances the load and fails over (default: one server, not supervised)")
 
 
 def run_index_serve(namespace: argparse.Namespace) -> int:
     """Run ``agent-gym index serve`` from parsed arguments; returns the exit status."""
     logging.basicConfig(level=namespace.log_level.upper(), format="%(levelname)s: %(message)s")
+    if getattr(namespace, "replicas", None) is not None:
+        return _run_replicas(namespace)
     try:
         serve(namespace.index, host=namespace.host, port=namespace.port, workers=namespace.workers,
               max_queries=namespace.max_queries, max_query_chars=namespace.max_query_chars,
@@ -567,6 +573,29 @@ def run_index_serve(namespace: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"agent-gym index serve: error: {exc}")
         return 2
+    return 0
+
+
+def _run_replicas(namespace: argparse.Namespace) -> int:
+    from agent_gym.retrieval_index.replicas import ReplicaSupervisor, replica_urls, serve_command
+
+    replicas = namespace.replicas
+    if replicas < 1 or not 0 < namespace.port <= 65536 - replicas:
+        print(f"agent-gym index serve: error: --replicas must be >= 1 and ports {namespace.port}.."
+              f"{namespace.port + replicas - 1} valid, got --replicas {replicas} --port {namespace.port}")
+        return 2
+    target = str(namespace.index)
+    if not Path(target).is_dir() and not (":" in target and not Path(target).exists()):
+        print(f"agent-gym index serve: error: no index directory at {target!r}; build one with "
+              f"`agent-gym index build --corpus FILE --out {target}`")
+        return 2
+    options = ["--workers", str(namespace.workers), "--max-queries", str(namespace.max_queries),
+               "--max-query-chars", str(namespace.max_query_chars), "--default-k", str(namespace.default_k),
+               "--max-k", str(namespace.max_k), "--cache", str(namespace.cache), "--log-level", namespace.log_level]
+    ports = [namespace.port + index for index in range(replicas)]
+    supervisor = ReplicaSupervisor(lambda port: serve_command(target, namespace.host, port, options), ports)
+    print(f"search replicas: {','.join(replica_urls(namespace.host, namespace.port, replicas))}", flush=True)
+    supervisor.run()
     return 0
 
 

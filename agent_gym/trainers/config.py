@@ -265,6 +265,29 @@ class TrainConfig:
         ),
     )
 
+    # --- scale-out: env workers on Ray ---
+    env_workers: int = field(
+        default=0,
+        metadata=_help(
+            "Ray actors that host the envs, each a shard stepped in one call per turn; 0 keeps the envs in this "
+            "process. Needs agent-gym[distributed]."
+        ),
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata=_help(
+            "Ray cluster for the env workers (HOST:PORT of its head, or auto); none starts a local cluster. "
+            "RAY_AUTH_MODE defaults to token: the driver needs the cluster's auth token (README, 'Scaling out')."
+        ),
+    )
+    env_step_timeout: float = field(
+        default=60.0,
+        metadata=_help(
+            "Seconds an env worker may take for one batch of resets or steps; past it, or when the worker dies, "
+            "its episodes are dropped (logged as perf/dropped_episodes) and the worker is restarted."
+        ),
+    )
+
     # --- evaluation, checkpoints, logging ---
     eval_every: int = field(
         default=10, metadata=_help("Greedy eval on held-out tasks every N steps; 0 disables.")
@@ -355,6 +378,15 @@ class TrainConfig:
             )
         if self.max_turns is not None and self.max_turns < 1:
             raise ConfigError(f"max_turns must be >= 1 or none, got {self.max_turns}")
+        if self.env_workers < 0 or self.env_step_timeout <= 0:
+            raise ConfigError(
+                f"env_workers must be >= 0 and env_step_timeout > 0, got {self.env_workers}, {self.env_step_timeout}"
+            )
+        if self.env_workers > self.rollout_batch_size:
+            raise ConfigError(
+                f"env_workers={self.env_workers} exceeds the {self.rollout_batch_size} envs of a rollout batch "
+                "(tasks_per_step * group_size); use fewer workers"
+            )
         if self.keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
 

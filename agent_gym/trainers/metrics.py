@@ -39,6 +39,7 @@ TOKENS_PER_S = "perf/tokens_per_s"  # rollout tokens (model + env) processed per
 ROLLOUT_TIME = "perf/rollout_s"
 UPDATE_TIME = "perf/update_s"
 SAMPLER_LOGPROB_DIFF = "perf/sampler_logprob_abs_diff"  # |sampler - trainer| log-prob, backend mismatch
+DROPPED_EPISODES = "perf/dropped_episodes"  # episodes of the step's rollout lost with a dead or hung env worker
 # --- held-out evaluation (greedy) ---
 EVAL_REWARD = "eval/reward"
 EVAL_EM = "eval/em"

@@ -6,8 +6,12 @@ and each env's new messages are rendered with the chat template as a delta (`los
 Model output is never decoded and re-encoded for training (Agent-R1 issue #30: its NaN came from that).
 Finished episodes free their env, which starts the next pending episode in the next round.
 
-The round's turns are one batch: the `ToolEnv`s among the envs step together through `agent_gym.env.step_turns`
-(one search for all their calls, as `agent-gym eval`'s vector env does); any other env steps alone.
+The round's turns are one batch: the collector resets, steps and truncates its envs through an `EnvBatch`
+(env_batch.py), one call per round for each. In-process (`LocalEnvBatch`), the `ToolEnv`s among the envs step
+together through `agent_gym.env.step_turns` (one search for all their calls, as `agent-gym eval`'s vector env
+does); any other env steps alone. `agent_gym.distributed.RayEnvPool` is the same interface over Ray actors, one
+call per actor per batch. An env the batch reports lost (`EnvLost`: its worker died or timed out) has its
+episode dropped and counted (`dropped_episodes`); the others go on.
 
 An episode the collector cuts itself (its `max_turns`, or its token budget) is ended through the env's
 optional `truncate() -> (reward, info)`, so it pays what the env pays when its own limit cuts an episode
@@ -27,20 +31,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import gymnasium as gym
 from tqdm.auto import tqdm
 
-from agent_gym.env import ToolEnv, step_turns
-from agent_gym.error import AgentGymError
 from agent_gym.trainers.backends.base import Generation, GenerationBackend, SamplingParams
 from agent_gym.trainers.chat_template import render_delta, render_prompt, turn_stop_token_ids
+from agent_gym.trainers.env_batch import EnvBatch, EnvLost, LocalEnvBatch, ResetResult, RolloutError, StepResult
 from agent_gym.trainers.trajectory import Trajectory
 
-StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
-
-
-class RolloutError(AgentGymError, RuntimeError):
-    """An env broke its contract during a rollout (raised on step, or returned no messages)."""
+__all__ = ["RolloutCollector", "RolloutConfig", "RolloutError", "evaluate"]
 
 
 @dataclass
@@ -97,6 +95,8 @@ class _Episode:
     last_info: dict = field(default_factory=dict)
     finish_reasons: list[str] = field(default_factory=list)
     truncated_by: str | None = None
+    awaits_truncate: bool = False  # cut by the collector: the env's truncate() pays at the end of the round
+    lost: bool = False  # its env's worker died or timed out: dropped, not returned
     tool_calls: int = 0
     tool_calls_ok: int = 0
 
@@ -115,18 +115,6 @@ def _reset_kwargs(spec: Mapping[str, Any] | str) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"reset spec has unknown keys {sorted(unknown)}; use 'seed' and 'options'")
     return {"seed": spec.get("seed"), "options": dict(spec.get("options") or {})}
-
-
-# Wrappers that `gymnasium.make` adds and that change no step: an env under only these joins the turn batch.
-_PASS_THROUGH_WRAPPERS = (gym.wrappers.OrderEnforcing, gym.wrappers.PassiveEnvChecker)
-
-
-def _turn_batch_member(env: Any) -> ToolEnv | None:
-    """The `ToolEnv` under `env` if it can step in a turn batch; None for any other env, or for one under a
-    wrapper that might change its steps."""
-    while isinstance(env, _PASS_THROUGH_WRAPPERS):
-        env = env.env
-    return env if isinstance(env, ToolEnv) else None
 
 
 def _unwrap_envs(envs: Any) -> list[Any]:
@@ -149,8 +137,9 @@ class RolloutCollector:
 
     Args:
         envs: a list of envs (DESIGN §2 contract), or a vector env exposing `.envs` (its sub-envs are stepped
-            by the collector, so `ToolVectorEnv` and a list of `ToolEnv`s batch their tool calls alike);
-            episodes run on them concurrently, one per env at a time.
+            by the collector, so `ToolVectorEnv` and a list of `ToolEnv`s batch their tool calls alike), or an
+            `EnvBatch` (e.g. `agent_gym.distributed.RayEnvPool`); episodes run on them concurrently, one per env
+            at a time.
         backend: the `GenerationBackend` that samples turns.
         tokenizer: the policy's tokenizer, with a chat template.
         config: sampling settings and limits.
@@ -159,13 +148,18 @@ class RolloutCollector:
     def __init__(
         self, envs: Any, backend: GenerationBackend, tokenizer: Any, config: RolloutConfig | None = None
     ) -> None:
-        self.envs = _unwrap_envs(envs)
-        self._turn_batch_envs = [_turn_batch_member(env) for env in self.envs]
+        if isinstance(envs, EnvBatch):
+            self.env_batch: EnvBatch = envs
+            self.envs: list[Any] = []
+        else:
+            self.envs = _unwrap_envs(envs)
+            self.env_batch = LocalEnvBatch(self.envs)
         self.backend = backend
         self.tokenizer = tokenizer
         self.config = config or RolloutConfig()
         self.stop_token_ids = sorted({*turn_stop_token_ids(tokenizer), *self.config.extra_stop_token_ids})
         self.env_seconds = 0.0  # wall time spent inside the envs (reset, step, tool calls), over all collects
+        self.dropped_episodes = 0  # episodes whose env was lost (EnvLost), over all collects
         self._warned_no_truncate = False
 
     def collect(
@@ -188,7 +182,7 @@ class RolloutCollector:
         reset_kwargs = [_reset_kwargs(spec) for spec in specs]
         pending = [(index, member) for index in range(len(reset_kwargs)) for member in range(group_size)]
         pending.reverse()  # pop() from the end keeps spec order
-        free_envs = list(range(len(self.envs)))[::-1]
+        free_envs = list(range(self.env_batch.num_envs))[::-1]
         active: list[_Episode] = []
         done: list[_Episode] = []
         progress = tqdm(
@@ -197,9 +191,18 @@ class RolloutCollector:
         round_index = 0
         try:
             while pending or active:
+                starting = []
                 while pending and free_envs:
                     spec_index, _ = pending.pop()
-                    active.append(self._start(free_envs.pop(), spec_index, reset_kwargs[spec_index]))
+                    starting.append((free_envs.pop(), spec_index))
+                for episode in self._start(starting, reset_kwargs):
+                    if episode.lost:
+                        free_envs.append(episode.env_index)
+                        progress.update(1)
+                    else:
+                        active.append(episode)
+                if not active:
+                    continue
                 params = SamplingParams(
                     max_new_tokens=self.config.max_new_tokens,
                     temperature=0.0 if greedy else self.config.temperature,
@@ -219,21 +222,44 @@ class RolloutCollector:
                     if self._record_turn(episode, generation)
                 ]
                 for episode, step in zip(stepping, self._step_envs(stepping), strict=True):
-                    self._apply_step(episode, step)
+                    if isinstance(step, EnvLost):
+                        self._drop(episode)
+                    else:
+                        self._apply_step(episode, step)
+                self._truncate_cut([episode for episode in active if episode.awaits_truncate])
                 for episode in [episode for episode in active if episode.finished]:
                     active.remove(episode)
                     free_envs.append(episode.env_index)
-                    done.append(episode)
+                    if not episode.lost:
+                        done.append(episode)
                     progress.update(1)
         finally:
             progress.close()
         done.sort(key=lambda episode: episode.spec_index)
         return [trajectory for episode in done for trajectory in self._trajectories(episode)]
 
-    def _start(self, env_index: int, spec_index: int, kwargs: dict[str, Any]) -> _Episode:
+    def _start(self, starting: Sequence[tuple[int, int]], reset_kwargs: Sequence[dict[str, Any]]) -> list[_Episode]:
+        """Reset the envs of `starting` ((env index, spec index) pairs) in one batch; an episode whose env is
+        lost comes back dropped (`lost`)."""
+        if not starting:
+            return []
         started = time.perf_counter()
-        _, info = self.envs[env_index].reset(**kwargs)
+        resets = self.env_batch.reset_batch(
+            [env_index for env_index, _ in starting], [reset_kwargs[spec_index] for _, spec_index in starting]
+        )
         self.env_seconds += time.perf_counter() - started
+        episodes = []
+        for (env_index, spec_index), reset in zip(starting, resets, strict=True):
+            if isinstance(reset, EnvLost):
+                self.dropped_episodes += 1
+                episodes.append(_Episode(env_index=env_index, group_id="", spec_index=spec_index, tools=[],
+                                         stop_strings=[], samples=[], finished=True, lost=True))
+            else:
+                episodes.append(self._episode(env_index, spec_index, reset_kwargs[spec_index], reset))
+        return episodes
+
+    def _episode(self, env_index: int, spec_index: int, kwargs: dict[str, Any], reset: ResetResult) -> _Episode:
+        _, info = reset
         messages = info.get("messages")
         if not messages:
             raise RolloutError(f"env {env_index} returned no info['messages'] from reset (DESIGN §2)")
@@ -270,28 +296,21 @@ class RolloutCollector:
         episode.ended_with_stop_token = self.tokenizer.decode([last]) if last in self.stop_token_ids else None
         return True
 
-    def _step_envs(self, episodes: Sequence[_Episode]) -> list[StepResult]:
-        """Step each episode's env with its turn: the `ToolEnv`s as one turn batch, any other env alone."""
+    def _step_envs(self, episodes: Sequence[_Episode]) -> list[StepResult | EnvLost]:
+        """Step each episode's env with its turn, all in one batch (see the module docstring)."""
+        if not episodes:
+            return []
         started = time.perf_counter()
-        results: dict[int, StepResult] = {}
-        batch = [episode for episode in episodes if self._turn_batch_envs[episode.env_index] is not None]
-        if batch:
-            members = [self._turn_batch_envs[episode.env_index] for episode in batch]
-            try:
-                steps = step_turns(members, [episode.action for episode in batch])
-            except Exception as error:  # the contract says envs never raise on actions; say which ones did
-                indices = [episode.env_index for episode in batch]
-                raise RolloutError(f"one of envs {indices} raised on step: {error!r}") from error
-            results.update((episode.env_index, step) for episode, step in zip(batch, steps, strict=True))
-        for episode in episodes:
-            if episode.env_index in results:
-                continue
-            try:
-                results[episode.env_index] = self.envs[episode.env_index].step(episode.action)
-            except Exception as error:
-                raise RolloutError(f"env {episode.env_index} raised on step: {error!r}") from error
+        steps = self.env_batch.step_batch(
+            [episode.env_index for episode in episodes], [episode.action for episode in episodes]
+        )
         self.env_seconds += time.perf_counter() - started
-        return [results[episode.env_index] for episode in episodes]
+        return steps
+
+    def _drop(self, episode: _Episode) -> None:
+        """Its env was lost: the episode ends, is counted, and yields no trajectory."""
+        episode.finished, episode.lost, episode.awaits_truncate = True, True, False
+        self.dropped_episodes += 1
 
     def _apply_step(self, episode: _Episode, step: StepResult) -> None:
         """Pay the turn's reward, then finish the episode or append the env's reply."""
@@ -324,28 +343,42 @@ class RolloutCollector:
         sample.append(delta, None)
 
     def _cut(self, episode: _Episode, reason: str) -> None:
-        """End an episode the env has not ended, through the env's `truncate()` (see the module docstring)."""
+        """End an episode the env has not ended; the env's `truncate()` pays at the end of the round (see the
+        module docstring), in one batch with the round's other cuts."""
         episode.finished, episode.truncated_by = True, reason
-        samples = [sample for sample in episode.samples if sample.turn_end_indices]
-        env = self.envs[episode.env_index]
-        truncate = getattr(getattr(env, "unwrapped", env), "truncate", None)
-        if not samples:  # no turn was sampled: nothing to train on, nothing to pay
-            return
-        if not callable(truncate):
-            if not self._warned_no_truncate:
-                self._warned_no_truncate = True
-                warnings.warn(
-                    f"{type(env).__name__} has no truncate(): episodes cut by the collector's {reason} limit "
-                    "end without the outcome the env pays when its own limit cuts them; give the env that "
-                    "limit (e.g. its max_turns) or a truncate() -> (reward, info) method",
-                    stacklevel=3,
-                )
+        # No turn sampled: nothing to train on, nothing to pay.
+        episode.awaits_truncate = any(sample.turn_end_indices for sample in episode.samples)
+
+    def _truncate_cut(self, episodes: Sequence[_Episode]) -> None:
+        """Pay the round's cut episodes what their envs' `truncate()` pays, on each episode's last turn."""
+        if not episodes:
             return
         started = time.perf_counter()
-        reward, info = truncate()
+        results = self.env_batch.truncate_batch([episode.env_index for episode in episodes])
         self.env_seconds += time.perf_counter() - started
-        samples[-1].turn_rewards[-1] += float(reward)
-        episode.last_info = {**episode.last_info, **info}  # the last step's tool calls stay
+        for episode, result in zip(episodes, results, strict=True):
+            episode.awaits_truncate = False
+            if isinstance(result, EnvLost):
+                self._drop(episode)
+            elif result is None:
+                self._warn_no_truncate(episode)
+            else:
+                reward, info = result
+                samples = [sample for sample in episode.samples if sample.turn_end_indices]
+                samples[-1].turn_rewards[-1] += float(reward)
+                episode.last_info = {**episode.last_info, **info}  # the last step's tool calls stay
+
+    def _warn_no_truncate(self, episode: _Episode) -> None:
+        if self._warned_no_truncate:
+            return
+        self._warned_no_truncate = True
+        name, reason = self.env_batch.env_name(episode.env_index), episode.truncated_by
+        warnings.warn(
+            f"{name} has no truncate(): episodes cut by the collector's {reason} limit "
+            "end without the outcome the env pays when its own limit cuts them; give the env that "
+            "limit (e.g. its max_turns) or a truncate() -> (reward, info) method",
+            stacklevel=4,
+        )
 
     def _trajectories(self, episode: _Episode) -> list[Trajectory]:
         outcome = sum(reward for sample in episode.samples for reward in sample.turn_rewards)
@@ -368,8 +401,7 @@ class RolloutCollector:
 
     def close(self) -> None:
         """Close the envs and the backend."""
-        for env in self.envs:
-            env.close()
+        self.env_batch.close()
         self.backend.close()
 
 

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from agent_gym.error import AgentGymError
 from agent_gym.trainers import metrics as m
 from agent_gym.trainers.algorithms import (
     ESTIMATORS,
@@ -111,6 +112,9 @@ class Trainer:
         env_fns: factories of training envs (default: ``gymnasium.make(config.env_id, **config.env_kwargs)``).
         eval_env_fns: factories of held-out envs (default: env_kwargs updated by ``config.eval_env_kwargs``).
         backend: a generation backend (default: built from ``config.backend``).
+        make_envs: turns a list of env factories into the collector's envs (default: calls each factory here);
+            with ``config.env_workers`` it is required, e.g. ``agent_gym.distributed.ray_env_pool_factory(N)``,
+            which puts them in N Ray actors (what ``agent-gym train --env-workers N`` passes).
     """
 
     def __init__(
@@ -121,8 +125,15 @@ class Trainer:
         env_fns: Sequence[Callable[[], Any]] | None = None,
         eval_env_fns: Sequence[Callable[[], Any]] | None = None,
         backend: Any = None,
+        make_envs: Callable[[Sequence[Callable[[], Any]]], Any] | None = None,
     ) -> None:
         config.validate()
+        if config.env_workers and make_envs is None:
+            raise ConfigError(
+                "env_workers needs make_envs: pass make_envs=agent_gym.distributed.ray_env_pool_factory("
+                f"{config.env_workers}), or run `agent-gym train --env-workers {config.env_workers}`"
+            )
+        self.make_envs = make_envs
         self.config = config
         _seed_everything(config.seed)
         if config.torch_threads > 0:
@@ -241,7 +252,8 @@ class Trainer:
             render_tools=config.render_tools,
             show_progress=config.show_progress,
         )
-        return RolloutCollector([make() for make in env_fns], self.backend, self.tokenizer, rollout)
+        envs = self.make_envs(env_fns) if self.make_envs is not None else [make() for make in env_fns]
+        return RolloutCollector(envs, self.backend, self.tokenizer, rollout)
 
     # ------------------------------------------------------------------------------------------ scoring
 
@@ -444,6 +456,7 @@ class Trainer:
         config = self.config
         started = time.perf_counter()
         specs = self.sampler.draw(config.tasks_per_step)
+        dropped_before = self.collector.dropped_episodes
         trajectories = self.collector.collect(
             specs, config.group_size, greedy=False, seed=config.seed * 1_000_003 + self.step
         )
@@ -464,6 +477,7 @@ class Trainer:
             m.TOKENS_PER_S: float(batch.response_mask.sum()) / max(elapsed, 1e-9),
             m.ROLLOUT_TIME: rollout_s,
             m.UPDATE_TIME: elapsed - rollout_s,
+            m.DROPPED_EPISODES: float(self.collector.dropped_episodes - dropped_before),
         }
         self.backend.sync_weights(self.model)
         return metrics
@@ -637,18 +651,23 @@ def run_train(ns: argparse.Namespace) -> int:
     import gymnasium as gym
 
     from agent_gym.cli_args import make_env
-    from agent_gym.trainers.model_init import ModelInitError
 
     try:
         config = config_from_train_args(ns)
         make_env(config.env_id, config.env_kwargs).close()  # a refused env fails here, before a model loads
-        trainer = Trainer(config)
-    except (ConfigError, ModelInitError, gym.error.Error) as error:
+        make_envs, pool_errors = None, ()
+        if config.env_workers:  # scale-out lives beside the trainers (DESIGN §1): only this entry point reaches it
+            from agent_gym.distributed import EnvPoolError, RayClusterError, ray_env_pool_factory
+
+            pool_errors = (EnvPoolError, RayClusterError)
+            make_envs = ray_env_pool_factory(config.env_workers, config.ray_address, config.env_step_timeout)
+        trainer = Trainer(config, make_envs=make_envs)
+    except (AgentGymError, gym.error.Error) as error:  # ConfigError, ModelInitError, the pool's errors
         print(f"agent-gym train: {error}")
         return 2
     try:
         metrics = trainer.train()
-    except CheckpointError as error:
+    except (CheckpointError, *pool_errors) as error:
         print(f"agent-gym train: {error}")
         return 2
     finally:

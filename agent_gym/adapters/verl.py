@@ -1,0 +1,173 @@
+"""verl's multi-turn rollout on any agent-gym env: an ``AgentLoopBase`` registered as ``agent_gym`` (verl 0.9.1).
+
+verl's ``AgentLoopWorker`` runs one ``AgentLoop.run(sampling_params, **row)`` coroutine per sample of a batch,
+each asking verl's server manager (vLLM or SGLang behind ``LLMServerClient``) for tokens. ``AgentGymAgentLoop``
+plays one episode of the row's env in it, token in / token out, as our own `RolloutCollector` does:
+
+1. it makes the env (``gymnasium.make(row["extra_info"]["env_id"], **env_kwargs)``) and resets it on the row's
+   task; the prompt is the env's own ``info["messages"]``, rendered with the chat template;
+2. each turn, ``server_manager.generate(prompt_ids=prompt + response so far)`` samples token ids and their
+   log-probs, which are appended verbatim with ``response_mask = 1``; the env is stepped with their decoded
+   text (decoded for the env only: model tokens are never re-encoded);
+3. the env's new messages (tool results, or feedback on a malformed turn) are rendered as a chat-template delta
+   and appended with ``response_mask = 0``;
+4. the episode ends when the env ends it, at ``multi_turn.max_assistant_turns``, or when ``response_length``
+   is spent (then the env's optional ``truncate()`` pays what its own limit would, as in the collector).
+
+The ``AgentLoopOutput`` carries ``reward_score`` = the episode's return (the sum of the env's rewards, Agent-R1
+Eq. 6 under the default reward spec), so verl needs no reward function; ``extra_fields`` carry the per-turn
+rewards (``turn_scores``) and the env's ``reward_components`` (also as ``reward_extra_info``, which verl logs).
+
+Rows come from ``agent-gym data export-verl ID --split train`` (``agent_gym.adapters.verl_dataset``). Per-turn
+sampling: the row's ``extra_info["max_tokens_per_turn"]`` (default 1024, the Agent-R1 recipe's per-turn budget),
+the env's ``stop_strings`` (kept in the output, ``include_stop_str_in_output``) and the tokenizer's end-of-turn
+ids. Importing this module registers the loop; verl's workers import it through the file named by
+``actor_rollout_ref.rollout.agent.agent_loop_config_path`` (examples/verl/agent_loops.yaml).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+from uuid import uuid4
+
+import gymnasium as gym
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+
+from agent_gym.trainers.chat_template import render_delta, render_prompt, turn_stop_token_ids
+from agent_gym.trainers.rollout import _messages_after_last_assistant
+
+__all__ = ["AGENT_NAME", "AgentGymAgentLoop"]
+
+AGENT_NAME = "agent_gym"
+DEFAULT_MAX_TOKENS_PER_TURN = 1024  # the Agent-R1 GRPO recipe: data.max_response_length_single_turn=1024
+
+
+def _json_field(value: Any) -> dict[str, Any]:
+    """A row field that holds a mapping: a dict, or its JSON text (parquet keeps nested kwargs as text)."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping (or its JSON), got {type(value).__name__}")
+    return dict(value)
+
+
+@register(AGENT_NAME)
+class AgentGymAgentLoop(AgentLoopBase):
+    """Plays one episode of an agent-gym env inside verl's rollout; see the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.response_length = int(self.rollout_config.response_length)
+        multi_turn = self.rollout_config.get("multi_turn", None) or {}
+        self.max_assistant_turns = multi_turn.get("max_assistant_turns", None)
+        self.render_tools = False  # our envs put the tool protocol in their system prompt
+        self.stop_token_ids = turn_stop_token_ids(self.tokenizer)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        extra_info = _json_field(kwargs.get("extra_info"))
+        env_id = extra_info.get("env_id")
+        if not env_id:
+            raise ValueError("the row's extra_info names no env_id; make rows with `agent-gym data export-verl`")
+        env_kwargs = _json_field(extra_info.get("env_kwargs"))
+        reset_options = {key: extra_info[key] for key in ("task_id", "task_index") if key in extra_info}
+        max_tokens_per_turn = int(extra_info.get("max_tokens_per_turn") or DEFAULT_MAX_TOKENS_PER_TURN)
+        loop = asyncio.get_running_loop()
+        env = await loop.run_in_executor(None, lambda: self._make_env(env_id, env_kwargs))
+        try:
+            return await self._play(env, reset_options, extra_info.get("seed"), sampling_params, max_tokens_per_turn)
+        finally:
+            await loop.run_in_executor(None, env.close)
+
+    @staticmethod
+    def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
+        import agent_gym  # noqa: F401  (registers the env ids)
+
+        return gym.make(env_id, **env_kwargs)
+
+    async def _play(self, env: Any, reset_options: dict[str, Any], seed: Any, sampling_params: dict[str, Any],
+                    max_tokens_per_turn: int) -> AgentLoopOutput:
+        loop = asyncio.get_running_loop()
+        _, info = await loop.run_in_executor(
+            None, lambda: env.reset(seed=None if seed is None else int(seed), options=reset_options))
+        tools = list(info.get("tools") or []) if self.render_tools else None
+        prompt_ids = render_prompt(self.tokenizer, info["messages"], tools)
+        stops = sorted(set(info.get("stop_strings") or []))
+        response_ids: list[int] = []
+        response_mask: list[int] = []
+        response_logprobs: list[float] = []
+        turn_scores: list[float] = []
+        metrics: dict[str, float] = {"generate_sequences": 0.0, "tool_calls": 0.0}
+        request_id = uuid4().hex  # one per episode: the server keeps its prefix cache across turns
+        last_info: dict[str, Any] = info
+        turns, cut = 0, False
+        while True:
+            budget = self.response_length - len(response_ids)
+            if budget <= 0:
+                cut = True
+                break
+            params = {**sampling_params, "max_tokens": min(max_tokens_per_turn, budget),
+                      "stop_token_ids": self.stop_token_ids, "stop": stops, "include_stop_str_in_output": True}
+            started = loop.time()
+            output = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt_ids + response_ids,
+                                                        sampling_params=params)
+            metrics["generate_sequences"] += loop.time() - started
+            token_ids = list(output.token_ids)[:budget]
+            if not token_ids:
+                cut = True
+                break
+            logprobs = list(output.log_probs or [0.0] * len(token_ids))[: len(token_ids)]
+            response_ids += token_ids
+            response_mask += [1] * len(token_ids)
+            response_logprobs += logprobs
+            turns += 1
+            action = self.tokenizer.decode(token_ids, skip_special_tokens=True)  # for the env only
+            started = loop.time()
+            _, reward, terminated, truncated, step_info = await loop.run_in_executor(None, env.step, action)
+            metrics["tool_calls"] += loop.time() - started
+            turn_scores.append(float(reward))
+            last_info = step_info
+            if terminated or truncated:
+                break
+            if self.max_assistant_turns and turns >= self.max_assistant_turns:
+                cut = True
+                break
+            last = token_ids[-1]
+            ended_with = self.tokenizer.decode([last]) if last in self.stop_token_ids else None
+            delta = render_delta(self.tokenizer, _messages_after_last_assistant(step_info["messages"]), ended_with)
+            if len(response_ids) + len(delta) >= self.response_length:
+                cut = True
+                break
+            response_ids += delta
+            response_mask += [0] * len(delta)
+            response_logprobs += [0.0] * len(delta)
+        if cut and turn_scores:
+            truncate = getattr(env.unwrapped, "truncate", None)
+            if callable(truncate):  # pay what the env pays when its own limit cuts an episode
+                reward, truncate_info = await loop.run_in_executor(None, truncate)
+                turn_scores[-1] += float(reward)
+                last_info = {**last_info, **truncate_info}
+        components = {key: float(value) for key, value in (last_info.get("reward_components") or {}).items()
+                      if isinstance(value, (int, float))}
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids,
+            response_mask=response_mask,
+            response_logprobs=response_logprobs,
+            reward_score=sum(turn_scores),
+            num_turns=1 + 2 * turns,  # verl counts messages: the prompt, then each assistant turn and its reply
+            metrics=AgentLoopMetrics(**metrics),
+            extra_fields={
+                "turn_scores": turn_scores,
+                "tool_rewards": [],
+                "reward_components": components,
+                "reward_extra_info": components,
+                "task_id": last_info.get("task_id", reset_options.get("task_id")),
+                "truncated_by": "agent_loop" if cut else None,
+            },
+        )
+

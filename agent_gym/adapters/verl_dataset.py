@@ -1,0 +1,94 @@
+"""The parquet rows verl's RL dataset reads, from any env's tasks: ``agent-gym data export-verl ID --split S``.
+
+One row per task: ``prompt`` (the env's own first messages, which verl's ``RLHFDataset`` needs for its length
+filter; the agent loop renders the env's messages itself), ``data_source`` (the env id, verl's key for metrics),
+``agent_name`` (``agent_gym``: the loop of ``agent_gym.adapters.verl``), ``reward_model`` (the gold answers, for
+reading only: the env pays the reward) and ``extra_info`` (``index``, ``env_id``, ``env_kwargs`` as JSON,
+``task_id``, ``max_tokens_per_turn``): what ``AgentGymAgentLoop`` needs to play the task. verl itself is not
+needed to write the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_export_verl_arguments", "run_export_verl", "verl_rows", "write_verl_parquet"]
+
+
+def verl_rows(env_id: str, env_kwargs: dict[str, Any] | None = None, *, limit: int | None = None,
+              max_tokens_per_turn: int = 1024) -> list[dict[str, Any]]:
+    """A verl row for each task of the env (its first ``limit``), in the env's task order.
+
+    An env without a ``tasks`` list (DESIGN §2 asks only for ``task_index`` in reset) needs ``limit``.
+    """
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401  (registers the env ids)
+
+    env_kwargs = dict(env_kwargs or {})
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        tasks = getattr(env.unwrapped, "tasks", None)
+        count = len(tasks) if tasks is not None else None
+        if count is None and limit is None:
+            raise ValueError(f"{env_id} does not list its tasks; give --limit N to export task indices 0..N-1")
+        count = min(count, limit) if count is not None and limit is not None else (count or limit)
+        rows = []
+        for index in range(count):
+            _, info = env.reset(seed=index, options={"task_index": index})
+            task_id = str(info.get("task_id", index))
+            gold = list(tasks[index].answers) if tasks is not None else list(info.get("gold_answers") or [])
+            rows.append({
+                "data_source": env_id,
+                "prompt": [{"role": str(m["role"]), "content": str(m.get("content") or "")} for m in info["messages"]],
+                "agent_name": "agent_gym",
+                "ability": "agent",
+                "reward_model": {"style": "env", "ground_truth": json.dumps(gold)},
+                "extra_info": {"index": index, "env_id": env_id, "env_kwargs": json.dumps(env_kwargs, sort_keys=True),
+                               "task_id": task_id, "max_tokens_per_turn": max_tokens_per_turn},
+            })
+        return rows
+    finally:
+        env.close()
+
+
+def write_verl_parquet(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    """Write rows as one parquet file (pyarrow), making its folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def add_export_verl_arguments(parser: argparse.ArgumentParser) -> None:
+    from agent_gym.cli_args import add_env_kwargs_arguments
+
+    parser.add_argument("env_id", help="environment id, e.g. AgentR1-HotpotQA-v0")
+    parser.add_argument("--split", default="train", help="the env's split kwarg (default: train)")
+    parser.add_argument("--limit", type=int, default=None, help="export the first N tasks (default: all)")
+    parser.add_argument("--max-tokens-per-turn", type=int, default=1024,
+                        help="the model's token budget per turn in verl's rollout (default: 1024, as in Agent-R1's "
+                             "GRPO recipe)")
+    parser.add_argument("--out", default=None, help="parquet file (default: data/verl/ENV_SPLIT.parquet)")
+    add_env_kwargs_arguments(parser)
+
+
+def run_export_verl(args: argparse.Namespace) -> int:
+    from agent_gym.cli_args import UsageError, env_kwargs_from_args, make_env, user_errors
+
+    env_kwargs = {**env_kwargs_from_args(args), "split": args.split}
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {args.limit}")
+    make_env(args.env_id, env_kwargs).close()  # an unknown id or a refused split fails here, with the reason
+    with user_errors(ValueError, KeyError):
+        rows = verl_rows(args.env_id, env_kwargs, limit=args.limit, max_tokens_per_turn=args.max_tokens_per_turn)
+    out = Path(args.out or f"data/verl/{args.env_id}_{args.split}.parquet")
+    write_verl_parquet(rows, out)
+    print(f"{len(rows)} rows of {args.env_id} ({args.split}) written to {out}")
+    return 0
