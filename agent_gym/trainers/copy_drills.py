@@ -28,7 +28,10 @@ __all__ = ["DRILL_FORMS", "DrillSource", "drill_row", "keep_first_hits"]
 #   first_turn: the question and the first assistant turn only (copy the topic entity);
 #   one_hit / two_hits: the whole episode without the system prompt, each result cut to its first hits;
 #   full: the whole episode as the env renders it, system prompt and all hits included.
-DRILL_FORMS: dict[str, float] = {"first_turn": 0.3, "one_hit": 0.4, "two_hits": 0.2, "full": 0.1}
+# Measured: with full rows at 0.1 the model, once it copied well, began to copy format tokens out of the system
+# prompt too ("<tool_call></tool_call>" after "<tool_call>": turn-1 exact 0.92 -> 0.00 in 200 steps); 0.3 of
+# full rows teaches it which context to copy from.
+DRILL_FORMS: dict[str, float] = {"first_turn": 0.25, "one_hit": 0.3, "two_hits": 0.15, "full": 0.3}
 _HIT = re.compile(r"\n(?=Doc \d+ \(Title: )")
 
 
