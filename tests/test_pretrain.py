@@ -190,3 +190,24 @@ def test_sft_mixes_drills_into_every_step(tokenizer) -> None:
     config = SFTConfig(epochs=1, batch_size=2, drill_tokens=100)
     train_sft(build_model("tiny", tokenizer), tokenizer, examples, config, drills=drills, show_progress=False)
     assert calls == [0, 1]
+
+
+def test_a_head_set_to_offset_two_attends_two_tokens_back(tokenizer) -> None:
+    model = build_model("tiny", tokenizer, seed=0)
+    install_previous_token_head(model, head=1, offset=2)
+    model.config._attn_implementation = "eager"
+    ids = torch.randint(300, len(tokenizer) - 20, (1, 64))
+    attention = model(input_ids=ids, output_attentions=True).attentions[0][0, 1]
+    assert attention.diagonal(-2).mean() > 0.9
+
+
+def test_pretrain_flags_read_the_offsets_as_integers() -> None:
+    import argparse
+
+    from agent_gym.trainers.config import add_dataclass_arguments, config_from_namespace
+
+    parser = argparse.ArgumentParser()
+    add_dataclass_arguments(parser, PretrainConfig)
+    config = config_from_namespace(parser.parse_args(["--model", "m", "--previous-token-offsets", "1", "2"]),
+                                   PretrainConfig)
+    assert config.previous_token_offsets == [1, 2]

@@ -448,7 +448,8 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
         if origin is list or inner is list:
             if isinstance(value, str):
                 value = [value]
-            return [str(v) for v in value]
+            item = (typing.get_args(inner) or (str,))[0]
+            return [item(v) for v in value]
         if inner is int and isinstance(value, float) and not value.is_integer():
             raise ConfigError(f"{name} must be an integer, got {value!r}")
         if inner in (int, float, str):

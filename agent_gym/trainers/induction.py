@@ -28,16 +28,19 @@ __all__ = ["induction_rows", "induction_vocab", "install_previous_token_head"]
 
 
 def install_previous_token_head(
-    model: torch.nn.Module, layer: int = 0, head: int = 0, strength: float = 6.0, frequency_pairs: int = 12
+    model: torch.nn.Module, layer: int = 0, head: int = 0, strength: float = 6.0, frequency_pairs: int = 12,
+    offset: int = 1,
 ) -> None:
-    """Make ``head`` of ``layer`` attend to the previous position, whatever the tokens.
+    """Make ``head`` of ``layer`` attend to the position ``offset`` tokens back, whatever the tokens.
 
     With rotary embeddings a query ``q`` at position t and a key ``k`` at s score
     ``sum_i |q_i||k_i| cos((t - s) * theta_i + phase_i)`` over the frequency pairs i. Constant biases
-    ``k_i = A`` and ``q_i = A * exp(-1j * theta_i)`` on the ``frequency_pairs`` fastest pairs give
-    ``sum_i A^2 cos((t - s - 1) * theta_i)``, largest at s = t - 1. With A = 6 and 12 pairs the softmax puts
-    0.98 of the head's attention there (checked numerically). The head's own query/key weights are scaled down
-    so the biases dominate; its value and output weights stay random, for training to shape.
+    ``k_i = A`` and ``q_i = A * exp(-1j * offset * theta_i)`` on the ``frequency_pairs`` fastest pairs give
+    ``sum_i A^2 cos((t - s - offset) * theta_i)``, largest at s = t - offset. With A = 6 and 12 pairs the
+    softmax puts 0.98 of the head's attention on the previous token (checked numerically). The head's own
+    query/key weights are scaled down so the biases dominate; its value and output weights stay random, for
+    training to shape. Offset 2 matters with the ``letters`` tokenizer: the token after a space follows its
+    word two positions back, and a one-token induction match on the space itself is ambiguous.
 
     Works for Llama-style attention (Qwen2: q/k projections with biases, ``rotate_half`` RoPE).
     """
@@ -61,8 +64,8 @@ def install_previous_token_head(
         half = head_dim // 2  # rotate_half pairs dimension i with i + head_dim / 2
         for pair in range(frequency_pairs):
             theta = base ** (-2 * pair / head_dim)
-            query[pair] = strength * math.cos(theta)
-            query[pair + half] = -strength * math.sin(theta)
+            query[pair] = strength * math.cos(offset * theta)
+            query[pair + half] = -strength * math.sin(offset * theta)
             key[pair] = strength
 
 

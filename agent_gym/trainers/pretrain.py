@@ -80,8 +80,11 @@ class PretrainConfig:
         metadata=_help("Overrides of env_kwargs for the held-out copy-skill episodes (a world no drill uses); JSON."),
     )
     eval_episodes: int = field(default=64, metadata=_help("Held-out oracle episodes per copy-skill measurement."))
-    previous_token_head: bool = field(
-        default=True, metadata=_help("Set a previous-token head at step 0 (skips the induction plateau).")
+    previous_token_offsets: list[int] = field(
+        default_factory=lambda: [1, 2],
+        metadata=_help("At step 0, head i of the first layer is set to attend offsets[i] tokens back (1: the "
+                       "previous-token head that ends the induction plateau; 2: the word before a space); [] "
+                       "sets none."),
     )
     induction_steps: int = field(default=1200, metadata=_help("Steps of stage 1 (random repeated spans)."))
     induction_vocab_start: int = field(default=64, metadata=_help("Ids the first induction rows draw from."))
@@ -186,8 +189,9 @@ class Pretrainer:
         """Run (or resume) to ``total_steps``; returns the last copy-skill measurement."""
         config = self.config
         resumed = self._resume()
-        if not resumed and config.previous_token_head:
-            install_previous_token_head(self.model)
+        if not resumed:
+            for head, offset in enumerate(config.previous_token_offsets):
+                install_previous_token_head(self.model, head=head, offset=offset)
         last: dict[str, float] = {}
         self.model.train()
         with (
