@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
+from conftest import TINY_SYNTHHOP
 
 import agent_gym  # noqa: F401  (registers the env ids)
 from agent_gym.evaluation import run_episode
 from agent_gym.trainers.chat_template import render_prompt
-from agent_gym.trainers.model_init import init_model, texts_from_env
 from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
 ENV_ID = "AgentR1-SynthHop-v0"
-ENV_KWARGS = {"num_pages": 200, "kinds": ["bridge"], "top_k": 2, "hops": 2, "num_questions": 20}
+ENV_KWARGS = TINY_SYNTHHOP
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory):
-    texts = texts_from_env(ENV_ID, num_prompts=8, env_kwargs=ENV_KWARGS)
-    return init_model(texts, tmp_path_factory.mktemp("model"), preset="tiny", vocab_size=600, seed=0)
+def model_dir(tiny_model_dir_for_synthhop):
+    return tiny_model_dir_for_synthhop
 
 
 @pytest.fixture()
