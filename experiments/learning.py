@@ -49,6 +49,20 @@ COPY_SKILL_ENV = {**EVAL_ENV, "num_pages": 2000, "world_seed": 424_242}
 TEACHER = "weak-multihop"
 
 
+def train_env(args: argparse.Namespace) -> dict[str, Any]:
+    """TRAIN_ENV with ``--hops`` (one count, or a mix such as 1 2: the issue's fallback when 2-hop is out of reach)."""
+    return {**TRAIN_ENV, "hops": args.hops[0] if len(args.hops) == 1 else list(args.hops)}
+
+
+def eval_env(args: argparse.Namespace) -> dict[str, Any]:
+    return {**EVAL_ENV, "hops": train_env(args)["hops"]}
+
+
+def mixed_hops(args: argparse.Namespace) -> bool:
+    """Whether training mixes hop counts; the 2-hop row is then measured on its own as well."""
+    return train_env(args)["hops"] != 2
+
+
 @dataclass(frozen=True)
 class Variant:
     """One row of the table: an estimator and the flags that make it differ from the shared settings."""
@@ -155,7 +169,7 @@ def warm_start(args: argparse.Namespace, pretrained: Path, timings: Timings) -> 
     if (out_dir / "sft_summary.json").is_file():
         return out_dir
     started = time.perf_counter()
-    _run(_agent_gym("sft", "--env", ENV_ID, "--env-kwargs", json.dumps(TRAIN_ENV), "--policy", TEACHER,
+    _run(_agent_gym("sft", "--env", ENV_ID, "--env-kwargs", json.dumps(train_env(args)), "--policy", TEACHER,
                     "--policy-kwarg", f"p_multihop={args.p_multihop}", "--model", str(pretrained),
                     "--out", str(out_dir), "--episodes", str(args.sft_episodes), "--epochs", "1",
                     "--batch-size", "4", "--lr", str(args.sft_lr), "--drill-tokens", str(args.sft_drill_tokens),
@@ -165,9 +179,10 @@ def warm_start(args: argparse.Namespace, pretrained: Path, timings: Timings) -> 
     return out_dir
 
 
-def heldout(model_dir: Path | None, temperature: float, episodes: int, seed: int = 0,
+def heldout(model_dir: Path | None, temperature: float, episodes: int, env_kwargs: dict[str, Any], seed: int = 0,
             policy_options: dict[str, Any] | None = None) -> dict[str, float]:
-    """EM on the held-out world's first ``episodes`` questions, of a model (batched rollouts) or of the teacher.
+    """EM on the held-out world's first ``episodes`` questions (``env_kwargs``: EVAL_ENV or a variant of it), of a
+    model (batched rollouts) or of the teacher.
 
     ``multihop`` is the share of episodes that searched more than once (the teacher's hop-by-hop branch).
     """
@@ -179,7 +194,7 @@ def heldout(model_dir: Path | None, temperature: float, episodes: int, seed: int
         from agent_gym.evaluation import evaluate
         from agent_gym.policies import make_policy
 
-        env = gym.make(ENV_ID, **EVAL_ENV)
+        env = gym.make(ENV_ID, **env_kwargs)
         records = evaluate(env, make_policy(TEACHER, seed=seed, **(policy_options or {})), episodes, seed=seed,
                            progress=False)
         env.close()
@@ -190,7 +205,7 @@ def heldout(model_dir: Path | None, temperature: float, episodes: int, seed: int
     from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
     model, tokenizer = load_model_and_tokenizer(model_dir)
-    envs = [gym.make(ENV_ID, **EVAL_ENV) for _ in range(32)]
+    envs = [gym.make(ENV_ID, **env_kwargs) for _ in range(32)]
     config = RolloutConfig(max_new_tokens=40, max_context_tokens=2048, temperature=temperature or 1.0,
                            show_progress=False)
     collector = RolloutCollector(envs, TransformersBackend(model, tokenizer), tokenizer, config)
@@ -212,13 +227,18 @@ def check_warm_start(args: argparse.Namespace, model_dir: Path, timings: Timings
     started = time.perf_counter()
     # The teacher's "greedy" is its likelier branch every time: hop by hop only if p_multihop > 0.5.
     greedy_teacher = {"p_multihop": 1.0 if args.p_multihop > 0.5 else 0.0}
+    sampled_teacher = {"p_multihop": args.p_multihop}
+    env, episodes = eval_env(args), args.eval_episodes
     result = {
-        "p_multihop": args.p_multihop,
-        "teacher": {"greedy": heldout(None, 0.0, args.eval_episodes, policy_options=greedy_teacher),
-                    "sampled": heldout(None, 1.0, args.eval_episodes, policy_options={"p_multihop": args.p_multihop})},
-        "warm_start": {"greedy": heldout(model_dir, 0.0, args.eval_episodes),
-                       "sampled": heldout(model_dir, 1.0, args.eval_episodes, seed=1)},
+        "p_multihop": args.p_multihop, "hops": env["hops"],
+        "teacher": {"greedy": heldout(None, 0.0, episodes, env, policy_options=greedy_teacher),
+                    "sampled": heldout(None, 1.0, episodes, env, policy_options=sampled_teacher)},
+        "warm_start": {"greedy": heldout(model_dir, 0.0, episodes, env),
+                       "sampled": heldout(model_dir, 1.0, episodes, env, seed=1)},
     }
+    if mixed_hops(args):
+        result["teacher"]["greedy_2hop"] = heldout(None, 0.0, episodes, EVAL_ENV, policy_options=greedy_teacher)
+        result["warm_start"]["greedy_2hop"] = heldout(model_dir, 0.0, episodes, EVAL_ENV)
     path.write_text(json.dumps(result, indent=2))
     timings.record("warm-start check", time.perf_counter() - started)
     return result
@@ -228,7 +248,7 @@ def train_command(args: argparse.Namespace, model: Path, variant: Variant, seed:
     """The `agent-gym train` command of one (variant, seed)."""
     return _agent_gym(
         "train", "--env", ENV_ID, "--model", str(model),
-        "--env-kwargs", json.dumps(TRAIN_ENV), "--eval-env-kwargs", json.dumps(EVAL_ENV),
+        "--env-kwargs", json.dumps(train_env(args)), "--eval-env-kwargs", json.dumps(eval_env(args)),
         "--algo", variant.algo, *variant.flags,
         "--seed", str(seed), "--total-steps", str(args.steps),
         "--tasks-per-step", str(args.tasks_per_step), "--group-size", str(args.group_size),
@@ -283,8 +303,11 @@ def final_evals(args: argparse.Namespace, variants: Sequence[str], timings: Timi
             path = run_dir / "final_eval.json"
             if path.is_file() or not (run_dir / "final" / "config.json").is_file():
                 continue
-            result = {"greedy": heldout(run_dir / "final", 0.0, args.eval_episodes),
-                      "sampled": heldout(run_dir / "final", 1.0, args.eval_episodes, seed=1)}
+            env, episodes = eval_env(args), args.eval_episodes
+            result = {"greedy": heldout(run_dir / "final", 0.0, episodes, env),
+                      "sampled": heldout(run_dir / "final", 1.0, episodes, env, seed=1)}
+            if mixed_hops(args):
+                result["greedy_2hop"] = heldout(run_dir / "final", 0.0, episodes, EVAL_ENV)
             path.write_text(json.dumps(result, indent=2))
             print(f"{name}-s{seed}: {json.dumps(result)}", flush=True)
     timings.record("final evals", time.perf_counter() - started)
@@ -305,7 +328,7 @@ def value_guided(args: argparse.Namespace, timings: Timings) -> dict[str, Any]:
                              (f"value-guided-{args.candidates}", ["--value-guided", str(args.candidates)])):
             out = Path(args.out) / "value_guided" / f"ppo-s{seed}-{label}.jsonl"
             _run(_agent_gym("eval", ENV_ID, "--model", str(run_dir), *flags, "--episodes", str(args.vg_episodes),
-                            "--env-kwargs", json.dumps(EVAL_ENV), "--out", str(out), "--no-progress"),
+                            "--env-kwargs", json.dumps(eval_env(args)), "--out", str(out), "--no-progress"),
                  Path(args.out) / "logs" / "value_guided.log", f"eval {label}", 1)
             records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
             rows[label] = {"em": statistics.mean(r["em"] for r in records), "episodes": len(records),
@@ -349,25 +372,30 @@ def summarize(args: argparse.Namespace, variants: Sequence[str]) -> list[dict[st
             variant = VARIANTS[name]
             records.append({
                 "run": f"{name}-s{seed}", "algorithm": variant.algo, "seed": seed, "ablation": variant.ablation,
-                "warm_start_em": {"greedy": warm["greedy"]["em"], "sampled": warm["sampled"]["em"]},
-                "final_em": {"greedy": final["greedy"]["em"], "sampled": final["sampled"]["em"]},
+                "warm_start_em": {"greedy": warm["greedy"]["em"], "sampled": warm["sampled"]["em"],
+                                  **({"greedy_2hop": warm["greedy_2hop"]["em"]} if "greedy_2hop" in warm else {})},
+                "final_em": {"greedy": final["greedy"]["em"], "sampled": final["sampled"]["em"],
+                             **({"greedy_2hop": final["greedy_2hop"]["em"]} if "greedy_2hop" in final else {})},
                 "final_multihop": {"greedy": final["greedy"]["multihop"], "sampled": final["sampled"]["multihop"]},
                 "eval_episodes": final["greedy"]["episodes"],
                 "em_curve": _curve(run_dir, "eval/em"), "reward_curve": _curve(run_dir, "charts/reward"),
                 "entropy_curve": _curve(run_dir, "losses/entropy"),
             })
-    lines = ["| agent | greedy EM (%), mean ± half-range | gain (points) | sampled EM (%) | gain (points) |",
-             "|---|---|---|---|---|",
-             f"| warm start | {100 * warm['greedy']['em']:.1f} | — | {100 * warm['sampled']['em']:.1f} | — |"]
+    columns = ["greedy", "sampled"] + (["greedy_2hop"] if "greedy_2hop" in warm else [])
+    titles = {"greedy": "greedy EM (%), mean ± half-range", "sampled": "sampled EM (%)",
+              "greedy_2hop": "2-hop greedy EM (%)"}
+    lines = ["| agent | " + " | ".join(f"{titles[c]} | gain (points)" for c in columns) + " |",
+             "|---" * (1 + 2 * len(columns)) + "|",
+             "| warm start | " + " | ".join(f"{100 * warm[c]['em']:.1f} | —" for c in columns) + " |"]
     for name in variants:
         rows = [r for r in records if r["run"].startswith(f"{name}-s")]
         if not rows:
             continue
-        greedy = [r["final_em"]["greedy"] for r in rows]
-        sampled = [r["final_em"]["sampled"] for r in rows]
-        lines.append(f"| {VARIANTS[name].label} | {_mean_spread(greedy)} | "
-                     f"{100 * (statistics.mean(greedy) - warm['greedy']['em']):+.1f} | {_mean_spread(sampled)} | "
-                     f"{100 * (statistics.mean(sampled) - warm['sampled']['em']):+.1f} |")
+        cells = []
+        for column in columns:
+            values = [r["final_em"][column] for r in rows]
+            cells.append(f"{_mean_spread(values)} | {100 * (statistics.mean(values) - warm[column]['em']):+.1f}")
+        lines.append(f"| {VARIANTS[name].label} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     (out / "table.md").write_text(table + "\n", encoding="utf-8")
     (out / "learning.json").write_text(json.dumps(records, indent=2))
@@ -442,6 +470,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="pretrained model (default: the committed checkpoint, if present; else pretrain here)")
     parser.add_argument("--induction-steps", type=int, default=1200, help="pretraining stage 1 steps")
     parser.add_argument("--drill-steps", type=int, default=3000, help="pretraining stage 2 steps")
+    parser.add_argument("--hops", nargs="+", type=int, default=[2],
+                        help="hop counts of the train and eval questions; several mix them, and the 2-hop greedy "
+                             "row is then measured on its own")
     parser.add_argument("--p-multihop", type=float, default=0.3, help="teacher's share of hop-by-hop episodes")
     parser.add_argument("--sft-episodes", type=int, default=3000)
     parser.add_argument("--sft-lr", type=float, default=1e-3)
