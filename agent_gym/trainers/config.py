@@ -534,7 +534,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type = TrainCo
             choices = f.metadata.get("choices") or typing.get_args(inner)
             parser.add_argument(flag, choices=list(choices), **kwargs)
         elif typing.get_origin(inner) is list:
-            parser.add_argument(flag, nargs="+", metavar="NAME", **kwargs)
+            item = (typing.get_args(inner) or (str,))[0]
+            parser.add_argument(flag, nargs="+", metavar="N" if item is int else "NAME", **kwargs)
         elif typing.get_origin(inner) is dict:
             parser.add_argument(flag, metavar="JSON", **kwargs)
         elif optional:
