@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -24,3 +25,24 @@ def test_learning_script_pretrains_for_a_few_steps_and_measures_the_copy_skill(t
     metrics = [json.loads(line) for line in (tmp_path / "pretrain" / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in metrics] == [1, 2, 3, 4]
     assert "copy/min_exact" in metrics[-1]
+
+
+def _learning_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("learning_experiment", ROOT / "experiments" / "learning.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hops_flag_mixes_hop_counts_in_train_and_eval_envs_and_keeps_the_held_out_world() -> None:
+    learning = _learning_module()
+    mixed, two = argparse.Namespace(hops=[1, 2]), argparse.Namespace(hops=[2])
+    assert learning.train_env(mixed)["hops"] == [1, 2] and learning.eval_env(mixed)["hops"] == [1, 2]
+    assert learning.train_env(two)["hops"] == 2 and learning.eval_env(two)["hops"] == 2
+    assert learning.mixed_hops(mixed) and not learning.mixed_hops(two)
+    # The eval world is never the training world, whatever the hops.
+    assert learning.eval_env(mixed)["world_seed"] != learning.train_env(mixed)["world_seed"]
+    assert learning.eval_env(mixed)["split"] == "test"
