@@ -59,3 +59,43 @@ def test_one_except_clause_catches_errors_from_different_modules() -> None:
         except AgentGymError as exc:
             caught.append(type(exc))
     assert caught == [CalculatorError, DatasetNotAvailable]
+
+
+def _exception_classes_in_the_package() -> dict[str, list[str]]:
+    """Public classes of agent_gym that derive (by name, read from the source) from an exception."""
+    import ast
+    import builtins
+    from pathlib import Path
+
+    import agent_gym
+
+    bases_of: dict[str, list[str]] = {}
+    for path in Path(agent_gym.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                names = [base.id if isinstance(base, ast.Name) else getattr(base, "attr", "") for base in node.bases]
+                bases_of[node.name] = names
+    builtin_exceptions = {name for name, value in vars(builtins).items()
+                          if isinstance(value, type) and issubclass(value, BaseException)}
+    exceptions = set(builtin_exceptions)
+    while True:  # a class is an exception if one of its bases is, in the package or builtins
+        grown = exceptions | {name for name, bases in bases_of.items() if exceptions.intersection(bases)}
+        if grown == exceptions:
+            break
+        exceptions = grown
+    return {name: bases for name, bases in bases_of.items() if name in exceptions}
+
+
+def test_every_public_exception_class_in_the_package_derives_from_agent_gym_error() -> None:
+    # Found from the source, so an error added later cannot be missed by a hand-kept list.
+    found = _exception_classes_in_the_package()
+    ours = {"AgentGymError"}
+    while True:
+        grown = ours | {name for name, bases in found.items() if ours.intersection(bases)}
+        if grown == ours:
+            break
+        ours = grown
+    # UsageError is the CLI's exit-2 signal, a SystemExit on purpose (argparse's convention), not an error.
+    outside = sorted(set(found) - ours - {"UsageError"})
+    assert {"RemoteEnvError", "RayClusterError", "EnvPoolError", "SandboxError"} <= ours
+    assert outside == [], f"exceptions not derived from AgentGymError: {outside}"
