@@ -245,3 +245,34 @@ def test_after_a_restart_the_shards_other_envs_are_lost_until_reset(local_ray):
         pool.reset_batch([1], [{"options": {"task_id": "capital-france"}}])
         _, reward, terminated, _, _ = pool.step_batch([1], ["<answer>Paris</answer>"])[0]
     assert terminated and reward == 1.0
+
+
+def _search(query: str) -> str:
+    return f"<tool_call>{json.dumps({'name': 'search', 'arguments': {'query': query}})}</tool_call>"
+
+
+def test_every_worker_searches_through_one_shared_search_server(local_ray, tiny):
+    # The fleet layout of the README: env actors in their own processes, one `index serve` URL for all of them.
+    from test_search_server import CORPUS, CountingRetriever, TantivyTestRetriever, thread_server
+
+    from agent_gym.retrieval_index.client import RemoteRetriever
+    from agent_gym.retrieval_index.search_tool import SearchTool
+    from agent_gym.tasks import Task
+
+    tasks = [Task("seine", "Which river flows through the capital of France?", ("Seine",))]
+    turns = [_search("capital of France"), _search("river Paris"), "<answer>Seine</answer>"]
+    server = CountingRetriever(TantivyTestRetriever(CORPUS))
+    with thread_server(lambda: server) as url:
+        def make_env() -> ToolEnv:
+            return ToolEnv(tasks, [SearchTool(RemoteRetriever(url), top_k=2)], max_turns=4)
+
+        warm_up = len(server.asked)  # the server's own warm-up query
+        in_process = _scripted_collector(tiny, [make_env() for _ in range(4)], turns).collect(["seine"], group_size=4)
+        asked_in_process = server.asked[warm_up:]
+        with RayEnvPool([make_env] * 4, num_workers=2, num_cpus=0.5) as pool:
+            on_pool = _scripted_collector(tiny, pool, turns).collect(["seine"], group_size=4)
+        asked_on_pool = server.asked[warm_up + len(asked_in_process):]
+    assert asked_in_process == ["capital of France"] * 4 + ["river Paris"] * 4
+    assert sorted(asked_on_pool) == sorted(asked_in_process)  # both actors' searches reached the one server
+    assert _records(on_pool) == _records(in_process)
+    assert [t.info.get("em") for t in on_pool] == [1.0] * 4
