@@ -11,7 +11,7 @@ from torchrl.envs.libs.gym import GymWrapper  # noqa: E402
 from torchrl.envs.utils import check_env_specs  # noqa: E402
 
 import agent_gym  # noqa: E402, F401 - registers the ids
-from agent_gym.adapters.torchrl import make_torchrl_env  # noqa: E402
+from agent_gym.adapters.torchrl import NonTensorInfoReader, make_torchrl_env  # noqa: E402
 
 SMALL = {"hops": 1, "num_pages": 200, "num_questions": 10}
 SEARCH = '<tool_call>{"name": "search", "arguments": {"query": "college"}}</tool_call>'
@@ -24,6 +24,16 @@ def test_gym_wrapper_on_a_plain_gym_make_resets_and_steps_with_strings():
     reset["action"] = SEARCH
     step = env.step(reset)
     assert "<tool_response>" in step["next", "observation"] and not step["next", "done"].item()
+
+
+def test_a_plain_gym_wrapper_keeps_the_messages_with_one_info_reader():
+    # TorchRL's GymWrapper reads no info key of any env until a reader is set; ours takes lists of dicts.
+    env = GymWrapper(gym.make("AgentR1-SynthHop-v0", **SMALL))
+    env.set_info_dict_reader(NonTensorInfoReader(["messages"]))
+    reset = env.reset()
+    assert [message["role"] for message in reset["messages"]] == ["system", "user"]
+    reset["action"] = SEARCH
+    assert [message["role"] for message in env.step(reset)["next", "messages"]][-2:] == ["assistant", "tool"]
 
 
 def test_make_torchrl_env_keeps_the_chat_context_in_every_tensordict():
