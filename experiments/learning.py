@@ -85,6 +85,10 @@ VARIANTS = {
         Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", ("--no-use-loss-mask",), "loss mask off"),
         Variant("grpo_no_advantage_mask", "GRPO, advantage mask off", "grpo", ("--no-use-advantage-mask",),
                 "advantage mask off"),
+        # GRPO broadcasts one outcome advantage per episode, so with the loss mask on its advantage mask is a
+        # no-op; GAE is where env tokens would enter the credit chain (values, discount), as in the paper.
+        Variant("ppo_no_advantage_mask", "PPO, advantage mask off", "ppo",
+                ("--critic-lr", "1e-3", "--no-use-advantage-mask"), "advantage mask off"),
     )
 }
 GROUPS = {"core": ["grpo", "ppo"], "all": list(VARIANTS)}
