@@ -94,6 +94,30 @@ def test_our_trainers_rollout_collector_trains_against_a_remote_env(url):
     collector.close()
 
 
+def test_our_trainer_takes_an_update_step_against_a_remote_env(url, tmp_path):
+    import torch
+
+    from agent_gym.trainers.config import TrainConfig
+    from agent_gym.trainers.metrics import read_metrics
+    from agent_gym.trainers.model_init import build_model, train_tokenizer
+    from agent_gym.trainers.trainer import Trainer
+
+    tokenizer = train_tokenizer(["who what search answer tool call"] * 50, vocab_size=300)
+    model = build_model("tiny", tokenizer, seed=0)
+    before = [parameter.detach().clone() for parameter in model.parameters()]
+    # PPO: its whitened GAE advantages are non-zero even when both episodes score the same.
+    config = TrainConfig(model="tiny", env_id="unused", algo="ppo", group_size=2, tasks_per_step=1, total_steps=1,
+                         micro_batch_size=4, max_new_tokens=8, max_turns=2, max_context_tokens=2000, eval_every=0,
+                         output_dir=str(tmp_path), tensorboard=False, show_progress=False, device="cpu")
+    trainer = Trainer(config, model=model, tokenizer=tokenizer, env_fns=[lambda: RemoteEnv(url)] * 2)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    assert [row["step"] for row in read_metrics(tmp_path)] == [1]
+    assert any(not torch.equal(old, new) for old, new in zip(before, model.parameters(), strict=True))
+
+
 def test_a_malformed_websocket_message_gets_an_error_and_the_session_goes_on(url):
     from websockets.sync.client import connect
 
