@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_gym.tools.sandbox import Sandbox, SandboxLimits, SandboxRun, namespace_command
+from agent_gym.tools.sandbox import Sandbox, SandboxLimits, SandboxRun, SandboxUnavailable, namespace_command
 
 pytestmark = pytest.mark.skipif(not os.uname().sysname == "Linux", reason="the sandbox needs Linux")
 
@@ -165,3 +165,40 @@ def test_asserts_that_call_something_are_counted_when_they_pass() -> None:
 def test_bad_limits_are_refused_with_the_field_named() -> None:
     with pytest.raises(ValueError, match="SandboxLimits.wall_s must be a positive number"):
         SandboxLimits(wall_s=0)
+
+
+@pytest.fixture
+def without_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine as one where unprivileged user namespaces are off: `run` finds no `unshare` prefix."""
+    import agent_gym.tools.sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "namespace_command", lambda: ())
+    monkeypatch.setattr(sandbox_module, "_warned", set())
+
+
+def test_without_namespaces_a_loopback_port_is_still_out_of_reach_and_the_fallback_warns(without_namespaces) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(0.2)
+        code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {server.getsockname()[1]}), "
+                "timeout=1)\n    print('connected')\nexcept OSError as e:\n    print(type(e).__name__)")
+        with pytest.warns(UserWarning, match="no user/network namespace"):
+            result = Sandbox(LIMITS).run(code)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    assert result.stdout.strip() == "PermissionError"  # seccomp's no-socket rule, not a namespace
+    assert result.isolation["namespaces"] is False and result.isolation["seccomp"] is True
+
+
+def test_without_namespaces_the_fork_bomb_and_the_parent_stay_contained(without_namespaces) -> None:
+    with pytest.warns(UserWarning):
+        forked = Sandbox(LIMITS).run("import os\nwhile True:\n    os.fork()")
+        killed = Sandbox(LIMITS).run(f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)")
+    assert forked.status == "exception" and forked.exception == "PermissionError"
+    assert killed.status == "exception" and killed.exception == "PermissionError"
+
+
+def test_a_strict_sandbox_refuses_to_run_without_namespaces(without_namespaces) -> None:
+    with pytest.raises(SandboxUnavailable, match="no network namespace"):
+        Sandbox(LIMITS, strict=True).run("print('never runs')")
