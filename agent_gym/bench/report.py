@@ -154,6 +154,7 @@ def plot_curves(records: Sequence[BenchRecord], libraries: Sequence[str], out: s
         if not math.isnan(axis.get_ylim()[0]):
             axis.set_ylim(bottom=-0.02)
     axes[1].set_xscale("symlog", linthresh=1.0)  # SB3 and scripted runs take seconds, LLM runs minutes
+    axes[1].set_xlim(left=0.0)  # times are never negative; symlog would otherwise label -10^1 and -10^0
     axes[0].legend()
     figure.suptitle("agent-gym bench: held-out EM (line: mean over seeds; band: min to max)")
     figure.tight_layout()
