@@ -2,15 +2,17 @@
 
 Two Ray defaults are changed or pinned, deliberately:
 
-- **Authentication: token.** Ray 2.60 turns token authentication on for a cluster started by ``ray.init()`` or
-  ``ray start`` where ``RAY_AUTH_MODE`` is unset, but a driver that connects to an existing cluster does not
-  send its token unless ``RAY_AUTH_MODE=token`` is set (measured here: ``ray start --head`` then
-  ``ray.init(address=...)`` failed to connect; with ``RAY_AUTH_MODE=token`` it connected). Ray's ports listen
-  on the machine's network address, not only on loopback, so we keep tokens on: a local cluster keeps Ray's
-  default, and a driver joining a cluster gets ``RAY_AUTH_MODE=token`` where it is unset. The token is Ray's own
-  (``~/.ray/auth_token``, made on first use, or ``RAY_AUTH_TOKEN`` / ``RAY_AUTH_TOKEN_PATH``); every node of a
-  cluster must have the same one. A cluster started with ``RAY_AUTH_MODE=disabled`` needs the same setting in
-  the driver's environment. Measured cost of tokens: an actor round-trip of 0.74 ms against 0.67 ms without.
+- **Authentication: token where the cluster has one.** Ray 2.60 turns token authentication on for a local
+  cluster started by ``ray.init()`` (it makes ``~/.ray/auth_token`` on first use), and ``ray start`` turns it on
+  where ``RAY_AUTH_MODE`` is unset *and a token exists* (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
+  ``~/.ray/auth_token``). A driver given an explicit address does not apply that rule itself, so it fails against
+  a token cluster (measured: ``ConnectionError``) unless ``RAY_AUTH_MODE=token`` is set. We apply ``ray start``'s
+  rule on the driver: where the mode is unset, a driver joining a cluster turns tokens on if a token is there,
+  and connects without them otherwise, as ``ray start`` did on the same machine (both measured on a machine with
+  and without ``~/.ray/auth_token``). Every node of a cluster needs the same token. A mode set in the
+  environment (``token`` or ``disabled``) is always kept. Ray's ports listen on the machine's network address,
+  not only on loopback, so keep a token on a shared network. Measured cost of tokens: an actor round-trip of
+  0.74 ms against 0.67 ms without.
 - **Object store: 256 MiB for a local cluster** (Ray's default is 30 % of RAM, 7 GB here). The env pool's
   messages are small (a step's observation and info, a few KB), and Ray passes objects under 100 KB inline
   with the call, never through the store; a large store only reserves shared memory. On an existing cluster the
@@ -20,7 +22,9 @@ Two Ray defaults are changed or pinned, deliberately:
 from __future__ import annotations
 
 import os
+import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from agent_gym.error import AgentGymError
@@ -45,6 +49,30 @@ def _import_ray() -> Any:
     return ray
 
 
+def _ray_token_available() -> bool:
+    """Whether Ray would find an auth token here: the sources ``ray start`` looks at, in its order."""
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return True
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    return Path(token_path).expanduser().is_file() if token_path else (Path.home() / ".ray" / "auth_token").is_file()
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a ``HOST:PORT`` nobody listens on: ``ray.init`` would retry it for minutes (measured: over
+    300 s for a closed port on loopback)."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return  # "auto", a ray:// client address or a bare host: Ray resolves those itself
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as error:
+        raise RayClusterError(
+            f"cannot connect to the Ray cluster at {address}: nothing answers there ({error}); check the address "
+            "(`ray status` on the head node prints it) and that the head's port is open to this machine"
+        ) from error
+
+
 def connect_ray(address: str | None = None, *, num_cpus: int | None = None,
                 object_store_bytes: int = LOCAL_OBJECT_STORE_BYTES) -> Any:
     """Connect this process to Ray and return the ``ray`` module (a no-op when it is connected already).
@@ -58,11 +86,13 @@ def connect_ray(address: str | None = None, *, num_cpus: int | None = None,
     """
     # Ray reads the mode into its config when it is imported: set it first. A process that imported Ray already
     # (started a cluster in process, as Ray's test Cluster does) keeps the mode it has.
-    if address and AUTH_MODE_ENV not in os.environ and "ray" not in sys.modules:
+    if address and AUTH_MODE_ENV not in os.environ and "ray" not in sys.modules and _ray_token_available():
         os.environ[AUTH_MODE_ENV] = "token"
     ray = _import_ray()
     if ray.is_initialized():
         return ray
+    if address:
+        _check_reachable(address)
     try:
         if address:
             ray.init(address=address, configure_logging=True, logging_level="warning")
