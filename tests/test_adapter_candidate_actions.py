@@ -121,3 +121,19 @@ def test_sb3_contrib_maskable_ppo_trains_and_only_picks_valid_actions():
         if terminated or truncated:
             break
     assert model.num_timesteps >= 128
+
+
+def test_make_takes_an_env_id_with_kwargs_or_a_factory_like_the_other_adapters():
+    by_id = CandidateActionWrapper.make("AgentR1-SynthHop-v0", num_candidates=6, **SMALL)
+    by_factory = CandidateActionWrapper.make(lambda: gym.make("AgentR1-SynthHop-v0", **SMALL), num_candidates=6)
+    first, _ = by_id.reset(options={"task_index": 3})
+    second, _ = by_factory.reset(options={"task_index": 3})
+    assert by_id.observation_space.contains(first)
+    np.testing.assert_array_equal(first, second)
+    with pytest.raises(TypeError, match="only with an env id"):
+        CandidateActionWrapper.make(lambda: gym.make("AgentR1-SynthHop-v0"), hops=1)
+
+
+def test_make_refuses_an_env_that_is_not_a_tool_env_underneath():
+    with pytest.raises(TypeError, match="wraps a ToolEnv, got CartPoleEnv"):
+        CandidateActionWrapper.make("CartPole-v1")

@@ -12,6 +12,8 @@ argument (the span); an env whose tool needs more is refused at construction. ``
 through, so ``options={"task_index": i}`` (task ``i`` of the env's list, modulo its length) or
 ``{"task_id": ...}`` pick the episode's task, as ``benchmarks/sb3_synthhop.py`` does for held-out evaluation.
 
+``CandidateActionWrapper.make(ID, **kwargs)`` (or a factory) builds it from an env id, as the other adapters do.
+
 ``action_masks()`` marks the actions that name a filled slot, so sb3-contrib's ``MaskablePPO`` never spends a step
 on an empty one (tested with sb3-contrib 2.9).
 """
@@ -24,6 +26,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agent_gym.adapters.env_source import EnvSource, make_env
 from agent_gym.env import ToolEnv
 from agent_gym.formats import ToolCall
 from agent_gym.policies import candidate_spans
@@ -57,6 +60,12 @@ class CandidateActionWrapper(gym.Wrapper):
         self.action_space = gym.spaces.Discrete(2 * num_candidates + 1)
         self._candidates: list[str] = []
         self._turn = 0
+
+    @classmethod
+    def make(cls, env: EnvSource, num_candidates: int = 8, **env_kwargs: Any) -> CandidateActionWrapper:
+        """The wrapper over an env id (``gymnasium.make`` kwargs in ``env_kwargs``), a factory, or an env, which
+        must be a ``ToolEnv`` underneath (actions are rendered in its wire format)."""
+        return cls(make_env(env, env_kwargs), num_candidates=num_candidates)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         observation, info = self.env.reset(seed=seed, options=options)

@@ -18,6 +18,7 @@ from torchrl.data import Composite, NonTensor
 from torchrl.envs.gym_like import BaseInfoDictReader
 from torchrl.envs.libs.gym import GymWrapper, register_gym_spec_conversion
 
+from agent_gym.adapters.env_source import make_env
 from agent_gym.spaces import UnicodeText
 
 __all__ = ["NonTensorInfoReader", "make_torchrl_env", "unicode_text_to_spec"]
@@ -63,15 +64,7 @@ def make_torchrl_env(
     Each tensordict carries ``info_keys`` of the env's info (default ``messages``, the chat context) as
     non-tensor entries beside ``observation`` (the env's text) and the reward and done flags.
     """
-    import agent_gym  # noqa: F401 - registers the ids
-
-    if isinstance(env, str):
-        env = gym.make(env, **env_kwargs)
-    elif callable(env) and not isinstance(env, gym.Env):
-        env = env()
-    elif env_kwargs:
-        raise TypeError("env kwargs are used only with an env id")
-    wrapped = GymWrapper(env)
+    wrapped = GymWrapper(make_env(env, env_kwargs))
     if info_keys:
         wrapped.set_info_dict_reader(NonTensorInfoReader(info_keys))
     return wrapped

@@ -35,6 +35,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agent_gym.adapters.env_source import make_env
 from agent_gym.formats import ToolCall, get_format
 
 __all__ = ["RolloutFunc", "env_reward", "make_environment_factory", "make_tool_dataset", "prepare_tokenizer"]
@@ -44,13 +45,7 @@ ANSWER_TOOL = "answer"
 
 
 def _make_env(env: str | Callable[[], gym.Env], env_kwargs: dict[str, Any] | None) -> gym.Env:
-    if isinstance(env, str):
-        import agent_gym  # noqa: F401 - registers the ids
-
-        return gym.make(env, **dict(env_kwargs or {}))
-    if env_kwargs:
-        raise TypeError("env_kwargs are used only with an env id; bind them into the factory instead")
-    return env()
+    return make_env(env, env_kwargs, instance_ok=False)
 
 
 def _messages_after_last_assistant(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
