@@ -202,7 +202,9 @@ def test_the_example_config_composes_with_verls_defaults_and_names_our_loop():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the full verl GRPO run needs a CUDA GPU (and vLLM)")
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="the full verl GRPO run needs a CUDA GPU, vLLM and the model (AGENT_GYM_VERL_MODEL, "
+                    "default Qwen/Qwen2.5-0.5B-Instruct from the Hub)")
 def test_the_papers_grpo_recipe_runs_two_steps_on_a_gpu(tmp_path):
     data = tmp_path / "data"
     for split in ("train", "test"):
@@ -213,5 +215,8 @@ def test_the_papers_grpo_recipe_runs_two_steps_on_a_gpu(tmp_path):
          "--config-name=agentr1_hotpotqa_grpo", f"data.train_files={data / 'train.parquet'}",
          f"data.val_files={data / 'test.parquet'}", "trainer.total_training_steps=2",
          "actor_rollout_ref.model.path=" + os.environ.get("AGENT_GYM_VERL_MODEL", "Qwen/Qwen2.5-0.5B-Instruct"),
-         f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.logger=[console]"],
+         f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.logger=[console]",
+         # the recipe's node of 4 GPUs with tensor parallel 2, shrunk to the GPUs this machine has
+         f"trainer.n_gpus_per_node={torch.cuda.device_count()}",
+         "actor_rollout_ref.rollout.tensor_model_parallel_size=1"],
         check=True, cwd=REPO_ROOT, timeout=3600)

@@ -529,9 +529,9 @@ def test_a_hung_server_fails_one_search_within_the_default_total_time_limit(hang
     # Before the limit, 4 attempts with a 30 s read timeout each kept one search waiting about two minutes.
     remote = RemoteRetriever(hanging_search_server)
     started = time.monotonic()
-    with pytest.raises(RetrievalError, match=f"{hanging_search_server} did not answer within 10 s"):
+    with pytest.raises(RetrievalError, match=f"{hanging_search_server} did not answer within 5 s"):
         remote.search(["capital of Germany"])
-    assert time.monotonic() - started < 20  # the limit plus slack for a loaded machine, far below 120 s
+    assert time.monotonic() - started < 15  # the limit plus slack for a loaded machine, far below 120 s
     remote.close()
 
 

@@ -277,7 +277,7 @@ class TrainConfig:
         default=None,
         metadata=_help(
             "Ray cluster for the env workers (HOST:PORT of its head, or auto); none starts a local cluster. "
-            "RAY_AUTH_MODE defaults to token: the driver needs the cluster's auth token (README, 'Scaling out')."
+            "With RAY_AUTH_MODE unset, tokens are on where a token exists (ray start's rule; README, 'Scaling out')."
         ),
     )
     env_step_timeout: float = field(
