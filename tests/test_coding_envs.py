@@ -142,3 +142,24 @@ def test_mbpp_env_oracle_passes_stub_fails_and_the_split_picks_task_ids(mbpp_fil
 def test_mbpp_without_its_file_says_where_to_get_it() -> None:
     with pytest.raises(DatasetNotAvailable, match="google-research/mbpp"):
         gym.make("AgentR1-MBPP-v0")
+
+
+def test_the_dense_humaneval_env_pays_new_passing_asserts_up_to_its_cap_and_the_outcome_at_the_end(problems):
+    problem = problems["HumanEval/0"]
+    env = gym.make("AgentR1-HumanEval-v0", limit=1, reward="dense")
+    env.reset(seed=0)
+
+    def run(code: str) -> str:
+        return "<tool_call>" + json.dumps({"name": "run_python", "arguments": {"code": code}}) + "</tool_call>"
+
+    program = problem.prompt + problem.solution
+    asserts = [f"assert {problem.entry_point}([1.0, 2.0], {gap}) == {gap > 1.0}" for gap in (0.5, 1.5, 2.5, 3.5)]
+    _, two, *_ = env.step(run(program + "\n" + "\n".join(asserts[:2]) + "\nassert True"))
+    _, none, *_ = env.step(run(program + "\n" + asserts[0]))  # no more than before: nothing new to pay
+    _, capped, *_ = env.step(run(program + "\n" + "\n".join(asserts)))  # 2 more asserts, 0.1 left under the cap
+    _, final, terminated, _, info = env.step(f"<answer>\n{program}\n</answer>")
+    env.close()
+    assert (two, none, capped) == pytest.approx((0.2, 0.0, 0.1))
+    check = info["check"]
+    assert terminated and check["tests_passed"] == check["tests_total"] > 0 and all(check["passed"])
+    assert info["reward_components"]["outcome"] == 1.0 and info["reward_components"]["process"] == 0.0

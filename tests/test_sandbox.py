@@ -71,6 +71,15 @@ def test_threads_still_work(sandbox: Sandbox) -> None:
     assert run(sandbox, code).stdout == "[1, 2]\n"
 
 
+def test_a_thread_bomb_stops_at_the_address_space_limit(sandbox: Sandbox) -> None:
+    # seccomp lets threads through (clone with CLONE_THREAD); each reserves a stack in the capped address space
+    code = ("import threading, time\nstarted = 0\nwhile True:\n"
+            "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n    started += 1\n")
+    result = run(sandbox, code)
+    assert result.status == "exception" and result.exception == "RuntimeError"
+    assert "can't start new thread" in result.stderr
+
+
 def test_allocating_10_gb_raises_memory_error_inside_the_sandbox(sandbox: Sandbox) -> None:
     result = run(sandbox, "block = bytearray(10 * 1024 ** 3)")
     assert result.status == "memory" and "MemoryError" in result.stderr
