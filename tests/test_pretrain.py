@@ -211,3 +211,11 @@ def test_pretrain_flags_read_the_offsets_as_integers() -> None:
     config = config_from_namespace(parser.parse_args(["--model", "m", "--previous-token-offsets", "1", "2"]),
                                    PretrainConfig)
     assert config.previous_token_offsets == [1, 2]
+
+
+def test_offsets_that_would_fix_every_head_of_the_first_layer_are_refused(tmp_path, tokenizer) -> None:
+    from agent_gym.trainers.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"would fix all 2 heads of the first layer; leave at least one free"):
+        _pretrainer(tmp_path, tokenizer, previous_token_offsets=[1, 2])
+    assert _pretrainer(tmp_path, tokenizer).config.previous_token_offsets == [1]

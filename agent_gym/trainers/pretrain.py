@@ -81,10 +81,11 @@ class PretrainConfig:
     )
     eval_episodes: int = field(default=64, metadata=_help("Held-out oracle episodes per copy-skill measurement."))
     previous_token_offsets: list[int] = field(
-        default_factory=lambda: [1, 2],
+        default_factory=lambda: [1],
         metadata=_help("At step 0, head i of the first layer is set to attend offsets[i] tokens back (1: the "
-                       "previous-token head that ends the induction plateau; 2: the word before a space); [] "
-                       "sets none."),
+                       "previous-token head that ends the induction plateau; 2: the word before a space). At "
+                       "least one head of the layer must stay free: with both heads of the tiny preset fixed "
+                       "(1 2) the run was still on the induction plateau at step 960."),
     )
     induction_steps: int = field(default=1200, metadata=_help("Steps of stage 1 (random repeated spans)."))
     induction_vocab_start: int = field(default=64, metadata=_help("Ids the first induction rows draw from."))
@@ -156,6 +157,13 @@ class Pretrainer:
 
             model, tokenizer = load_model_and_tokenizer(config.model)
         self.model, self.tokenizer = model, tokenizer
+        heads = model.config.num_attention_heads
+        if len(config.previous_token_offsets) >= heads:
+            raise ConfigError(
+                f"previous_token_offsets {config.previous_token_offsets} would fix all {heads} heads of the first "
+                "layer; leave at least one free (the induction head needs one to form: with every head fixed the "
+                "tiny preset stayed on the induction plateau)"
+            )
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.output_dir = Path(config.output_dir)
         added = set(tokenizer.get_added_vocab().values())
