@@ -66,3 +66,38 @@ def test_readme_maskable_ppo_snippet_runs():
 
     pytest.importorskip("sb3_contrib")
     assert _run_block("MaskablePPO")["model"].num_timesteps >= 128
+
+
+def test_readme_openenv_serve_block_runs(tmp_path):
+    """The bash block that serves an env and connects `RemoteEnv` to it, on a free port instead of 8001."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    import httpx
+
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+                 if "agent-gym env serve" in b)
+    serve, client = [line.strip() for line in block.splitlines() if line.strip()]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    serve, client = serve.removesuffix("&").replace("8001", port), client.replace("8001", port)
+    server = subprocess.Popen(serve, shell=True, start_new_session=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline and server.poll() is None, "the server did not come up"
+                time.sleep(0.3)
+        printed = subprocess.run(client, shell=True, capture_output=True, text=True, timeout=120, check=True).stdout
+        assert printed.strip().endswith("?") and len(printed.strip()) > 10  # the question of the first task
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
