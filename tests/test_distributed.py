@@ -264,7 +264,9 @@ def test_every_worker_searches_through_one_shared_search_server(local_ray, tiny)
     server = CountingRetriever(TantivyTestRetriever(CORPUS))
     with thread_server(lambda: server) as url:
         def make_env() -> ToolEnv:
-            return ToolEnv(tasks, [SearchTool(RemoteRetriever(url), top_k=2)], max_turns=4)
+            # A deadline far above the 5 s default: on a loaded machine an actor's first search can take longer,
+            # and this test is about where searches go, not about how long they may take (test_search_server.py).
+            return ToolEnv(tasks, [SearchTool(RemoteRetriever(url, total_timeout=120), top_k=2)], max_turns=4)
 
         warm_up = len(server.asked)  # the server's own warm-up query
         in_process = _scripted_collector(tiny, [make_env() for _ in range(4)], turns).collect(["seine"], group_size=4)
