@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -116,6 +117,33 @@ def test_our_trainer_takes_an_update_step_against_a_remote_env(url, tmp_path):
         trainer.close()
     assert [row["step"] for row in read_metrics(tmp_path)] == [1]
     assert any(not torch.equal(old, new) for old, new in zip(before, model.parameters(), strict=True))
+
+
+def test_sft_learns_from_episodes_played_on_a_remote_env(url):
+    # SFT needs only the contract: a teacher that reads the observation plays the remote env, and the episodes'
+    # info["messages"] become training rows with the loss on the teacher's own turns. (The registered scripted
+    # teachers read env.unwrapped.task and say so on a RemoteEnv: test_eval_any_env.py.)
+    from agent_gym.trainers.model_init import build_model, train_tokenizer
+    from agent_gym.trainers.sft import SFTConfig, play_policy_episodes, tokenize_episode, train_sft
+
+    class AnswersAName:
+        def act(self, observation: str, info: dict) -> str:
+            return f"<answer>{re.findall(r'[A-Z][a-z]+', observation)[-1]}</answer>"
+
+    env = RemoteEnv(url)
+    try:
+        episodes = play_policy_episodes(env, AnswersAName(), 4, progress=False)
+    finally:
+        env.close()
+    assert all(any(m["role"] == "assistant" for m in episode.messages) for episode in episodes)
+    tokenizer = train_tokenizer([m["content"] for e in episodes for m in e.messages] * 5, vocab_size=400)
+    examples = [tokenize_episode(tokenizer, episode.messages) for episode in episodes]
+    assistant = [message["content"] for message in episodes[0].messages if message["role"] == "assistant"]
+    assert tokenizer.decode([t for t, m in zip(examples[0].input_ids, examples[0].loss_mask, strict=True) if m],
+                            skip_special_tokens=True).replace(" ", "") == "".join(assistant).replace(" ", "")
+    losses = train_sft(build_model("tiny", tokenizer, seed=0), tokenizer, examples,
+                       SFTConfig(epochs=30, lr=3e-3, batch_size=4, max_length=1024), show_progress=False)
+    assert losses[-1] < losses[0] / 2
 
 
 def test_a_malformed_websocket_message_gets_an_error_and_the_session_goes_on(url):
