@@ -44,10 +44,6 @@ _JSON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, 
 ANSWER_TOOL = "answer"
 
 
-def _make_env(env: str | Callable[[], gym.Env], env_kwargs: dict[str, Any] | None) -> gym.Env:
-    return make_env(env, env_kwargs, instance_ok=False)
-
-
 def _messages_after_last_assistant(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].get("role") == "assistant":
@@ -65,7 +61,7 @@ class _EnvironmentBase:
     _env_kwargs: dict[str, Any]
 
     def __init__(self) -> None:
-        self._env = _make_env(self._env_source, self._env_kwargs)
+        self._env = make_env(self._env_source, self._env_kwargs, instance_ok=False)
         self._format = None
         self._return = 0.0
         self._over = True
@@ -165,7 +161,7 @@ def make_environment_factory(env: str | Callable[[], gym.Env], **env_kwargs: Any
     ``env`` is an env id (with ``gym.make`` kwargs) or a factory. The class's tool methods come from the env's
     ``reset`` info (``tools``); ``answer`` ends the episode through the env's answer format.
     """
-    probe = _make_env(env, env_kwargs)
+    probe = make_env(env, env_kwargs, instance_ok=False)
     _, info = probe.reset(seed=0)
     probe.close()
     namespace: dict[str, Any] = {"_env_source": staticmethod(env) if callable(env) else env,
@@ -186,7 +182,7 @@ def make_tool_dataset(env: str | Callable[[], gym.Env], num_tasks: int, *, start
     """
     from datasets import Dataset
 
-    probe = _make_env(env, env_kwargs)
+    probe = make_env(env, env_kwargs, instance_ok=False)
     _, info = probe.reset(seed=0)
     probe.close()
     system = [message for message in info["messages"] if message.get("role") == "system"][:1]
@@ -237,7 +233,7 @@ class RolloutFunc:
 
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
-        self.envs = [_make_env(env, env_kwargs) for _ in range(num_envs)]
+        self.envs = [make_env(env, env_kwargs, instance_ok=False) for _ in range(num_envs)]
         self.config = config or RolloutConfig(show_progress=False)
         self._specs: dict[str, dict[str, Any]] = {}
         self._collector: Any = None

@@ -23,21 +23,16 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import gymnasium as gym
 import httpx
 import verifiers.v1 as vf
+
+from agent_gym.adapters.env_source import make_env
 
 __all__ = ["AgentGymEnv", "AgentGymTaskset", "ChatHarness"]
 
 VERIFIERS_ID = "agent_gym_verifiers"
 API_KEY_VAR = "AGENT_GYM_MODEL_API_KEY"
 sys.modules.setdefault(VERIFIERS_ID, sys.modules[__name__])  # verifiers' loaders import plugins by top-level id
-
-
-def _make(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
-    import agent_gym  # noqa: F401 - registers the ids
-
-    return gym.make(env_id, **env_kwargs)
 
 
 class AgentGymTasksetConfig(vf.TasksetConfig):
@@ -63,7 +58,7 @@ class AgentGymTaskset(vf.Taskset[AgentGymTask, AgentGymTasksetConfig]):
     """One task per env task; the env itself plays the user in :class:`AgentGymEnv`."""
 
     def load(self) -> list[AgentGymTask]:
-        env = _make(self.config.env_id, dict(self.config.env_kwargs))
+        env = make_env(self.config.env_id, dict(self.config.env_kwargs))
         tasks = []
         for index in range(self.config.start, self.config.start + self.config.num_tasks):
             question, info = env.reset(seed=index, options={"task_index": index})
@@ -85,7 +80,7 @@ class AgentGymEnv(vf.Env[AgentGymEnvConfig]):
 
     async def run(self, task: AgentGymTask, agents: Any) -> None:
         taskset = self.config.taskset
-        env = _make(taskset.env_id, dict(taskset.env_kwargs))
+        env = make_env(taskset.env_id, dict(taskset.env_kwargs))
         index = task.data.info["task_index"]
         env.reset(seed=index, options={"task_index": index})
         total, components = 0.0, {}
