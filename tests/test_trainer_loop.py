@@ -156,6 +156,49 @@ def test_half_written_checkpoint_is_ignored(tmp_path):
     assert latest_checkpoint(tmp_path).name == "step_000001"
 
 
+_SAVE_AND_HANG = """
+import sys, time
+from pathlib import Path
+from agent_gym.trainers.checkpoint import save_checkpoint
+
+class SlowPolicy:  # stands for a large model: killed while its weights are being written
+    def save_pretrained(self, path):
+        Path(path).mkdir()
+        (Path(path) / "model.safetensors").write_bytes(b"partial")
+        Path(sys.argv[2]).touch()
+        time.sleep(600)
+
+run = sys.argv[1]
+save_checkpoint(run, 1, {"step": 1})
+save_checkpoint(run, 2, {"step": 2}, SlowPolicy())
+"""
+
+
+def test_checkpoint_killed_while_being_written_is_ignored_and_cleaned_up(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run, writing = tmp_path / "run", tmp_path / "writing"
+    child = subprocess.Popen([sys.executable, "-c", _SAVE_AND_HANG, str(run), str(writing)])
+    try:
+        deadline = time.monotonic() + 120
+        while not writing.exists():
+            assert child.poll() is None and time.monotonic() < deadline, "the child never started step 2"
+            time.sleep(0.05)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert (run / "checkpoints" / "step_000002.tmp" / "trainer_state.pt").is_file()  # a kill -9 mid-write
+
+    assert [p.name for p in list_checkpoints(run)] == ["step_000001"]
+    assert latest_checkpoint(run).name == "step_000001"
+    assert not (run / "checkpoints" / "step_000002.tmp").exists()  # cleaned up, not left to pile up
+    save_checkpoint(run, 2, {"step": 2})
+    assert [p.name for p in list_checkpoints(run)] == ["step_000001", "step_000002"]
+
+
 def test_metrics_logger_on_resume_drops_steps_after_the_checkpoint(tmp_path):
     with MetricsLogger(tmp_path, tensorboard=False) as logger:
         for step in (1, 2, 3):

@@ -3,13 +3,15 @@
 Layout of ``RUN_DIR/checkpoints/step_000042/``:
   policy/              the policy as a Hugging Face directory (LoRA: the adapter), loadable for eval
   trainer_state.pt     trainable weights, optimizers, schedulers, critic, RNG states, sampler position, step
-A checkpoint is written to a temporary directory and renamed into place, so a run killed while saving never
-leaves a half-written checkpoint behind (rename is atomic on one filesystem).
+A checkpoint is written to ``step_000042.tmp`` and renamed into place (atomic on one filesystem), so a run
+killed while saving leaves at most a ``.tmp`` directory: never listed as a checkpoint, and removed by the next
+look for the latest checkpoint or the next save.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "trainer_state.pt"
 POLICY_DIR = "policy"
 _PREFIX = "step_"
+_COMPLETE = re.compile(rf"{_PREFIX}(\d+)")
+_PARTIAL_SUFFIX = ".tmp"
 
 
 class CheckpointError(AgentGymError, RuntimeError):
@@ -73,11 +77,25 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     root = Path(run_dir) / CHECKPOINT_DIR
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.name.startswith(_PREFIX) and (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(p.name[len(_PREFIX) :]))
+    found = {
+        int(match.group(1)): path
+        for path in root.iterdir()
+        if (match := _COMPLETE.fullmatch(path.name)) and (path / STATE_FILE).is_file()
+    }
+    return [found[step] for step in sorted(found)]
+
+
+def remove_partial_checkpoints(run_dir: str | Path) -> None:
+    """Delete the ``.tmp`` directories of saves that a killed run never finished."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    if root.is_dir():
+        for path in root.glob(f"{_PREFIX}*{_PARTIAL_SUFFIX}"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint (None if there is none); half-written ones are removed on the way."""
+    remove_partial_checkpoints(run_dir)
     checkpoints = list_checkpoints(run_dir)
     return checkpoints[-1] if checkpoints else None
 
@@ -92,9 +110,8 @@ def save_checkpoint(
 ) -> Path:
     """Write ``state`` (and the policy as a HF directory) atomically; prune all but the ``keep`` newest."""
     final = checkpoint_path(run_dir, step)
-    tmp = final.with_name(final.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    tmp = final.with_name(final.name + _PARTIAL_SUFFIX)
+    remove_partial_checkpoints(run_dir)
     tmp.mkdir(parents=True)
     torch.save(state, tmp / STATE_FILE)
     if policy is not None and hasattr(policy, "save_pretrained"):
