@@ -19,6 +19,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from agent_gym.context_summary import SUMMARY_HEADER, extractive_summary
+from agent_gym.error import InvalidType, InvalidValue
 from agent_gym.formats import ParsedAction, ToolCall, ToolFormat, get_format
 from agent_gym.rewards import AnswerScores, RewardSpec, get_reward_spec, score_answer
 from agent_gym.spaces import UnicodeText
@@ -115,12 +116,12 @@ class ToolEnv(gym.Env[str, str]):
         render_mode: str | None = None,
     ) -> None:
         if context not in CONTEXT_POLICIES:
-            raise ValueError(f"context must be one of {CONTEXT_POLICIES}, got {context!r}")
+            raise InvalidValue(f"context must be one of {CONTEXT_POLICIES}, got {context!r}")
         if summarizer is not None and (context != "summarize" or not callable(summarizer)):
-            raise ValueError(f"summarizer is used only with context='summarize', and must be callable; got "
-                             f"context={context!r}, summarizer={summarizer!r:.80}")
+            raise InvalidValue(f"summarizer is used only with context='summarize', and must be callable; got "
+                               f"context={context!r}, summarizer={summarizer!r:.80}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+            raise InvalidValue(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         for name, value in (("max_turns", max_turns), ("max_calls_per_turn", max_calls_per_turn),
                             ("window_turns", window_turns), ("max_action_chars", max_action_chars),
                             ("max_tool_output_chars", max_tool_output_chars), ("max_context_chars", max_context_chars)):
@@ -130,20 +131,20 @@ class ToolEnv(gym.Env[str, str]):
             task_list = list(task_list)
             for index, task in enumerate(task_list):
                 if not isinstance(task, Task):
-                    raise TypeError(f"tasks[{index}] is a {type(task).__name__}, not a Task; "
-                                    "build tasks with agent_gym.Task(id=..., question=..., answers=(...))")
+                    raise InvalidType(f"tasks[{index}] is a {type(task).__name__}, not a Task; "
+                                      "build tasks with agent_gym.Task(id=..., question=..., answers=(...))")
             task_list = TaskSet(task_list)
         self.tasks: TaskSet = task_list
         if len(self.tasks) == 0:
-            raise ValueError("ToolEnv needs at least one task")
+            raise InvalidValue("ToolEnv needs at least one task")
         tool_list = list(tools() if callable(tools) else tools)
         self.tools: dict[str, Tool] = {}
         for index, item in enumerate(tool_list):
             if not isinstance(item, Tool):
-                raise TypeError(f"tools[{index}] is a {type(item).__name__}, not a Tool; decorate it with "
-                                "@agent_gym.tool or subclass agent_gym.Tool")
+                raise InvalidType(f"tools[{index}] is a {type(item).__name__}, not a Tool; decorate it with "
+                                  "@agent_gym.tool or subclass agent_gym.Tool")
             if item.name in self.tools:
-                raise ValueError(f"two tools are named {item.name!r}")
+                raise InvalidValue(f"two tools are named {item.name!r}")
             self.tools[item.name] = item
         self.tool_format = get_format(tool_format)
         self.tool_format.check_tools([item.schema() for item in self.tools.values()])
@@ -162,7 +163,7 @@ class ToolEnv(gym.Env[str, str]):
         self.tool_schemas = [item.schema() for item in self.tools.values()]
         system_chars = len(self._system_prompt())
         if max_context_chars <= system_chars:
-            raise ValueError(
+            raise InvalidValue(
                 f"max_context_chars={max_context_chars} cannot hold the system prompt ({system_chars} characters) "
                 "and a question; give a budget above that, e.g. the default 64000"
             )
@@ -213,21 +214,21 @@ class ToolEnv(gym.Env[str, str]):
         if options is None:
             options = {}
         if not isinstance(options, Mapping):
-            raise TypeError(f"reset options must be a dict such as {{'task_id': ...}}, got {type(options).__name__} "
-                            f"{options!r:.80}")
+            raise InvalidType(f"reset options must be a dict such as {{'task_id': ...}}, got {type(options).__name__} "
+                              f"{options!r:.80}")
         unknown = [key for key in options if key not in self._RESET_OPTIONS]
         if unknown:
-            raise ValueError(f"unknown reset option(s) {', '.join(map(repr, unknown))}; "
-                             "ToolEnv takes 'task_id' or 'task_index'")
+            raise InvalidValue(f"unknown reset option(s) {', '.join(map(repr, unknown))}; "
+                               "ToolEnv takes 'task_id' or 'task_index'")
         if len(options) > 1:
-            raise ValueError("give one of 'task_id' and 'task_index', not both")
+            raise InvalidValue("give one of 'task_id' and 'task_index', not both")
         if "task_id" in options:
             return self.tasks.by_id(str(options["task_id"]))
         if "task_index" in options:
             index = options["task_index"]
             if isinstance(index, bool) or not isinstance(index, numbers.Integral):
-                raise ValueError(f"task_index must be an int (taken modulo the {len(self.tasks)} tasks), "
-                                 f"got {index!r:.80}")
+                raise InvalidValue(f"task_index must be an int (taken modulo the {len(self.tasks)} tasks), "
+                                   f"got {index!r:.80}")
             return self.tasks[int(index) % len(self.tasks)]
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
@@ -420,7 +421,7 @@ class ToolEnv(gym.Env[str, str]):
                                       max_calls=self.max_calls_per_turn, max_chars=budget)
         summary = self.summarizer(copy.deepcopy(self._folded))
         if not isinstance(summary, str):
-            raise TypeError(f"summarizer must return a str, got {type(summary).__name__}")
+            raise InvalidType(f"summarizer must return a str, got {type(summary).__name__}")
         return _clip(_clean_text(summary), budget)
 
     def _context_chars(self) -> int:
@@ -492,7 +493,7 @@ def step_turns(
     Returns each env's ``(observation, reward, terminated, truncated, info)``, in order.
     """
     if len(envs) != len(actions):
-        raise ValueError(f"step_turns got {len(envs)} envs and {len(actions)} actions")
+        raise InvalidValue(f"step_turns got {len(envs)} envs and {len(actions)} actions")
     turns = [env.begin_turn(action) for env, action in zip(envs, actions, strict=True)]
     batches: dict[int, tuple[Tool, list[tuple[int, int]]]] = {}  # id(tool) -> (tool, [(env, call) index])
     for env_index, (env, turn) in enumerate(zip(envs, turns, strict=True)):

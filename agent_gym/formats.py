@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidValue
 from agent_gym.tools import ToolResult
 
 __all__ = [
@@ -319,7 +319,7 @@ class XMLFormat(ToolFormat):
     def check_tools(self, tool_schemas: Sequence[dict[str, Any]]) -> None:
         for name in _schema_names(tool_schemas):
             if name in self.RESERVED_TAGS or not self._TAG.fullmatch(f"<{name}>"):
-                raise ValueError(
+                raise InvalidValue(
                     f"the xml format cannot call a tool named {name!r}: a tool's name must be a tag name "
                     f"(letters, digits, _ and -, at most 64) other than {' or '.join(self.RESERVED_TAGS)}; "
                     "rename the tool or use tool_format='hermes'"
@@ -539,4 +539,4 @@ def get_format(name: str | ToolFormat) -> ToolFormat:
     try:
         return FORMATS[name]()
     except KeyError:
-        raise ValueError(f"unknown tool format {name!r}; choose one of {sorted(FORMATS)}") from None
+        raise InvalidValue(f"unknown tool format {name!r}; choose one of {sorted(FORMATS)}") from None

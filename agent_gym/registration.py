@@ -8,6 +8,7 @@ here, keyed by id; the spec holds only plain settings.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from collections.abc import Callable, Sequence
@@ -17,11 +18,19 @@ from typing import Any
 import gymnasium as gym
 
 from agent_gym.env import ToolEnv
+from agent_gym.error import InvalidType
 from agent_gym.rewards import RewardSpec
 from agent_gym.tasks import Task
 from agent_gym.tools import Tool
 
-__all__ = ["register_tool_env", "register_suite_env", "registered_envs", "ToolEnvCreator", "VectorEnvCreator"]
+__all__ = [
+    "register_tool_env",
+    "register_suite_env",
+    "registered_envs",
+    "ToolEnvCreator",
+    "SuiteEnvCreator",
+    "VectorEnvCreator",
+]
 
 #: one-line description of each id registered through this module, for `agent-gym envs`
 ENV_DESCRIPTIONS: dict[str, str] = {}
@@ -43,11 +52,58 @@ class ToolEnvCreator:
         self.env_id = env_id
 
     def __call__(self, **kwargs: Any) -> ToolEnv:
+        check_settings(self.env_id, kwargs, tool_env_settings())
         components = _COMPONENTS[self.env_id]
         return ToolEnv(components.tasks, components.tools, **kwargs)
 
     def __repr__(self) -> str:
         return f"ToolEnvCreator({self.env_id!r})"
+
+
+class SuiteEnvCreator:
+    """Entry point of a suite env: refuses a keyword its factory does not take, naming those it takes.
+
+    Without it a misspelt keyword (``hop=2``) reaches ``ToolEnv.__init__`` and Python's ``TypeError`` names
+    neither the env nor the keyword meant. Holds only the import string, so it is cheap to copy and pickle.
+    """
+
+    def __init__(self, env_id: str, entry_point: str) -> None:
+        self.env_id, self.entry_point = env_id, entry_point
+
+    def __call__(self, **kwargs: Any) -> ToolEnv:
+        factory = _load(self.entry_point)
+        check_settings(self.env_id, kwargs, factory_settings(factory))
+        return factory(**kwargs)
+
+    def __repr__(self) -> str:
+        return f"SuiteEnvCreator({self.env_id!r}, {self.entry_point!r})"
+
+
+def tool_env_settings() -> list[str]:
+    """The keyword settings of :class:`ToolEnv`."""
+    return [name for name in inspect.signature(ToolEnv).parameters if name not in ("tasks", "tools")]
+
+
+def factory_settings(factory: Callable[..., Any]) -> list[str]:
+    """The keywords an env factory takes: its own, plus ToolEnv's when it passes ``**kwargs`` on to ToolEnv."""
+    names, forwards = [], False
+    for parameter in inspect.signature(factory).parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            forwards = True
+        elif parameter.kind is not inspect.Parameter.VAR_POSITIONAL and parameter.default is not parameter.empty:
+            names.append(parameter.name)
+    return names + [name for name in tool_env_settings() if name not in names] if forwards else names
+
+
+def check_settings(env_id: str, kwargs: dict[str, Any], known: Sequence[str]) -> None:
+    """Raise :class:`InvalidType` for a keyword not in ``known``, naming the closest valid one and all of them."""
+    unknown = [name for name in kwargs if name not in known]
+    if not unknown:
+        return
+    close = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise InvalidType(f"{env_id} takes no setting {', '.join(map(repr, unknown))}{hint}; its settings: "
+                      f"{', '.join(sorted(known))}")
 
 
 class VectorEnvCreator:
@@ -102,8 +158,8 @@ def register_tool_env(
     known = [name for name in inspect.signature(ToolEnv).parameters if name not in ("tasks", "tools")]
     unknown = [name for name in env_kwargs if name not in known]
     if unknown:
-        raise TypeError(f"unknown ToolEnv setting(s) {', '.join(map(repr, unknown))}; known settings: "
-                        f"{', '.join(known)}")
+        raise InvalidType(f"unknown ToolEnv setting(s) {', '.join(map(repr, unknown))}; known settings: "
+                          f"{', '.join(known)}")
     _COMPONENTS[env_id] = _Components(tasks=tasks, tools=tools)
     creator = ToolEnvCreator(env_id)
     settings = {"reward": reward, "max_turns": max_turns, "tool_format": tool_format, **env_kwargs}
@@ -120,10 +176,11 @@ def register_suite_env(
     """Register an env whose entry point builds a :class:`ToolEnv` from plain keyword settings."""
     if env_id in gym.registry:
         del gym.registry[env_id]  # re-registering (e.g. in a notebook) replaces the old definition quietly
+    creator = SuiteEnvCreator(env_id, entry_point) if isinstance(entry_point, str) else entry_point
     gym.register(
         id=env_id,
-        entry_point=entry_point,
-        vector_entry_point=VectorEnvCreator(entry_point),
+        entry_point=creator,
+        vector_entry_point=VectorEnvCreator(creator),
         kwargs=dict(kwargs or {}),
     )
     ENV_DESCRIPTIONS[env_id] = description

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from agent_gym.error import InvalidValue
+
 __all__ = [
     "ANSWER_RULES",
     "normalize_answer",
@@ -46,7 +48,7 @@ def _answer_rule(rule: str | None) -> str:
     if rule is None:
         return DEFAULT_ANSWER_RULE
     if rule not in ANSWER_RULES:
-        raise ValueError(f"unknown answer rule {rule!r}; choose one of {', '.join(ANSWER_RULES)}")
+        raise InvalidValue(f"unknown answer rule {rule!r}; choose one of {', '.join(ANSWER_RULES)}")
     return rule
 
 
@@ -182,5 +184,5 @@ def get_reward_spec(spec: str | RewardSpec, **overrides: float | str) -> RewardS
         try:
             spec = REWARD_SPECS[spec]
         except KeyError:
-            raise ValueError(f"unknown reward spec {spec!r}; choose one of {sorted(REWARD_SPECS)}") from None
+            raise InvalidValue(f"unknown reward spec {spec!r}; choose one of {sorted(REWARD_SPECS)}") from None
     return replace(spec, **overrides) if overrides else spec

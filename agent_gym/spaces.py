@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Space
 
+from agent_gym.error import InvalidValue
+
 __all__ = ["UnicodeText"]
 
 # What `sample()` draws from: printable ASCII plus a spread of other scripts and symbols, and the characters
@@ -34,9 +36,9 @@ class UnicodeText(Space[str]):
 
     def __init__(self, max_length: int, *, min_length: int = 0, seed: int | np.random.Generator | None = None):
         if not isinstance(max_length, int | np.integer) or max_length < 0:
-            raise ValueError(f"max_length must be a non-negative int, got {max_length!r}")
+            raise InvalidValue(f"max_length must be a non-negative int, got {max_length!r}")
         if not isinstance(min_length, int | np.integer) or not 0 <= min_length <= max_length:
-            raise ValueError(f"min_length must be an int in [0, max_length], got {min_length!r}")
+            raise InvalidValue(f"min_length must be an int in [0, max_length], got {min_length!r}")
         self.max_length = int(max_length)
         self.min_length = int(min_length)
         super().__init__(shape=None, dtype=str, seed=seed)
@@ -44,7 +46,7 @@ class UnicodeText(Space[str]):
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         """A random string of up to ``min(max_length, 256)`` characters from a mixed-script alphabet."""
         if mask is not None or probability is not None:
-            raise ValueError("UnicodeText.sample does not support masks")
+            raise InvalidValue("UnicodeText.sample does not support masks")
         longest = max(self.min_length, min(self.max_length, 256))
         length = int(self.np_random.integers(self.min_length, longest + 1))
         indices = self.np_random.integers(0, len(_SAMPLE_ALPHABET), size=length)

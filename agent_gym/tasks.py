@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_gym.error import InvalidType, InvalidValue, KeyNotFound
+
 
 @dataclass(frozen=True)
 class Hop:
@@ -67,9 +69,9 @@ class Task:
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
-            raise TypeError(f"Task id must be a str, got {type(self.id).__name__} {self.id!r:.80}")
+            raise InvalidType(f"Task id must be a str, got {type(self.id).__name__} {self.id!r:.80}")
         if not isinstance(self.question, str):
-            raise TypeError(f"Task {self.id!r}: question must be a str, got {type(self.question).__name__}")
+            raise InvalidType(f"Task {self.id!r}: question must be a str, got {type(self.question).__name__}")
         for name in ("answers", "supporting_titles"):
             object.__setattr__(self, name, _strings(self.id, name, getattr(self, name)))
         object.__setattr__(self, "decomposition", tuple(self.decomposition))
@@ -80,12 +82,12 @@ def _strings(task_id: str, name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     if not isinstance(value, Iterable):
-        raise TypeError(f"Task {task_id!r}: {name} must be a str or a tuple of str, got {type(value).__name__}")
+        raise InvalidType(f"Task {task_id!r}: {name} must be a str or a tuple of str, got {type(value).__name__}")
     items = tuple(value)
     for item in items:
         if not isinstance(item, str):
-            raise TypeError(f"Task {task_id!r}: {name} must be strings, got {type(item).__name__} {item!r:.80}; "
-                            f"write {name}=({str(item)!r},)")
+            raise InvalidType(f"Task {task_id!r}: {name} must be strings, got {type(item).__name__} {item!r:.80}; "
+                              f"write {name}=({str(item)!r},)")
     return items
 
 
@@ -97,7 +99,7 @@ class TaskSet(Sequence[Task]):
         self.name = name
         self._by_id = {task.id: index for index, task in enumerate(self._tasks)}
         if len(self._by_id) != len(self._tasks):
-            raise ValueError(f"{name}: task ids are not unique")
+            raise InvalidValue(f"{name}: task ids are not unique")
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -112,7 +114,7 @@ class TaskSet(Sequence[Task]):
         try:
             return self._tasks[self._by_id[task_id]]
         except KeyError:
-            raise KeyError(f"{self.name}: no task with id {task_id!r}") from None
+            raise KeyNotFound(f"{self.name}: no task with id {task_id!r}") from None
 
     def __contains__(self, item: object) -> bool:
         if isinstance(item, str):

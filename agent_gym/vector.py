@@ -17,6 +17,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from agent_gym.env import ToolEnv, step_turns
+from agent_gym.error import InvalidType, InvalidValue
 
 __all__ = ["ToolVectorEnv"]
 
@@ -32,11 +33,11 @@ class ToolVectorEnv(VectorEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], ToolEnv]]) -> None:
         if not env_fns:
-            raise ValueError("ToolVectorEnv needs at least one environment")
+            raise InvalidValue("ToolVectorEnv needs at least one environment")
         self.envs: list[ToolEnv] = [fn() for fn in env_fns]
         for env in self.envs:
             if not isinstance(env.unwrapped, ToolEnv):
-                raise TypeError(f"ToolVectorEnv batches ToolEnv instances, got {type(env.unwrapped).__name__}")
+                raise InvalidType(f"ToolVectorEnv batches ToolEnv instances, got {type(env.unwrapped).__name__}")
         self.num_envs = len(self.envs)
         first = self.envs[0]
         self.single_observation_space = first.observation_space
@@ -63,7 +64,7 @@ class ToolVectorEnv(VectorEnv):
         self, actions: Sequence[str]
     ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if len(actions) != self.num_envs:
-            raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
+            raise InvalidValue(f"expected {self.num_envs} actions, got {len(actions)}")
         observations: list[str] = [""] * self.num_envs
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terminations = np.zeros(self.num_envs, dtype=bool)
@@ -88,7 +89,7 @@ class ToolVectorEnv(VectorEnv):
             return [int(seed) + index for index in range(self.num_envs)]
         seeds = list(seed)
         if len(seeds) != self.num_envs:
-            raise ValueError(f"expected {self.num_envs} seeds, got {len(seeds)}")
+            raise InvalidValue(f"expected {self.num_envs} seeds, got {len(seeds)}")
         return seeds
 
     def _split_options(self, options: dict[str, Any] | None) -> list[dict[str, Any] | None]:

@@ -99,3 +99,67 @@ def test_every_public_exception_class_in_the_package_derives_from_agent_gym_erro
     outside = sorted(set(found) - ours - {"UsageError"})
     assert {"RemoteEnvError", "RayClusterError", "EnvPoolError", "SandboxError"} <= ours
     assert outside == [], f"exceptions not derived from AgentGymError: {outside}"
+
+
+#: The modules that check what a user gives gym.make, reset and step (settings, options, task ids, datasets,
+#: tool formats, reward specs, retrievers): every error they raise on purpose must be an AgentGymError.
+VALIDATING_MODULES = ("env.py", "tasks.py", "validation.py", "registration.py", "rewards.py", "spaces.py",
+                      "vector.py", "formats.py", "context_summary.py", "envs", "retrieval_index/build.py")
+VALIDATION_BUILTINS = {"ValueError", "TypeError", "KeyError", "IndexError", "LookupError"}
+
+
+def _raised_builtins(relative_paths: tuple[str, ...]) -> list[str]:
+    """``path:line name`` of each ``raise ValueError(...)`` (or another built-in validation error) in the modules."""
+    import ast
+    from pathlib import Path
+
+    import agent_gym
+
+    root = Path(agent_gym.__file__).parent
+    paths = []
+    for relative in relative_paths:
+        path = root / relative
+        paths += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(raised, ast.Name) and raised.id in VALIDATION_BUILTINS:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {raised.id}")
+    return found
+
+
+def test_the_scan_finds_a_raised_builtin(tmp_path, monkeypatch) -> None:
+    import agent_gym
+
+    package = tmp_path / "agent_gym"
+    package.mkdir()
+    (package / "env.py").write_text("def f(x):\n    if x:\n        raise ValueError('bad x')\n")
+    monkeypatch.setattr(agent_gym, "__file__", str(package / "__init__.py"))
+    assert _raised_builtins(("env.py",)) == ["env.py:3 ValueError"]
+
+
+def test_validation_errors_are_agent_gym_errors_that_keep_their_builtin_base() -> None:
+    assert _raised_builtins(VALIDATING_MODULES) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "builtin"),
+    [
+        (lambda gym: gym.make("AgentR1-SynthHop-v0", hops=9, num_pages=200, num_questions=5), ValueError),
+        (lambda gym: gym.make("AgentR1-SynthHop-v0", context="bogus", num_pages=200, num_questions=5), ValueError),
+        (lambda gym: gym.make("AgentR1-SynthHop-v0", hop=2), TypeError),
+        (lambda gym: gym.make("AgentR1-Calculator-v0").reset(options={"bogus": 1}), ValueError),
+        (lambda gym: gym.make("AgentR1-Calculator-v0").reset(options={"task_id": "nope"}), KeyError),
+    ],
+    ids=["hops=9", "context=bogus", "hop=2", "unknown reset option", "unknown task_id"],
+)
+def test_a_validation_error_is_caught_by_agent_gym_error_and_by_its_builtin(call, builtin: type) -> None:
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401  (registers the ids)
+
+    with pytest.raises(AgentGymError) as caught:
+        call(gym)
+    assert isinstance(caught.value, builtin)

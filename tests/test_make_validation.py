@@ -84,3 +84,28 @@ def test_register_tool_env_refuses_an_unknown_setting() -> None:
         register_tool_env("TestTypo-v0", tools=[FactLookup()], tasks=list(FACT_TASKS), max_turn=4)
     assert "TestTypo-v0" not in gym.registry
 
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs", "meant"),
+    [
+        ("AgentR1-SynthHop-v0", {"hop": 2}, "hops"),
+        ("AgentR1-Calculator-v0", {"num_question": 3}, "num_questions"),
+        ("AgentR1-HotpotQA-v0", {"datapath": "x.json"}, "data_path"),
+    ],
+)
+def test_a_misspelt_setting_is_named_with_the_one_meant_and_the_valid_ones(env_id: str, kwargs: dict,
+                                                                            meant: str) -> None:
+    from agent_gym.error import AgentGymError
+
+    with pytest.raises(TypeError) as caught:
+        gym.make(env_id, **kwargs)
+    message = str(caught.value)
+    assert isinstance(caught.value, AgentGymError)
+    assert f"(did you mean {meant!r}?)" in message
+    assert "its settings:" in message and "max_turns" in message and meant in message.split("its settings:")[1]
+
+
+def test_the_vector_entry_point_checks_settings_too() -> None:
+    with pytest.raises(TypeError, match="did you mean 'hops'"):
+        gym.make_vec("AgentR1-SynthHop-v0", num_envs=2, hop=1, **SMALL_SYNTHHOP)

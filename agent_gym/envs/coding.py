@@ -21,6 +21,7 @@ from typing import Any
 from agent_gym.env import ToolEnv
 from agent_gym.envs.datasets.download import DatasetNotAvailable
 from agent_gym.envs.hidden_tests import CHECK_LIMITS, CodeProblem, HiddenTestChecker
+from agent_gym.error import InvalidValue
 from agent_gym.tasks import Hop, Task, TaskSet
 from agent_gym.tools.run_python import PythonTool
 from agent_gym.tools.sandbox import Sandbox, SandboxLimits
@@ -70,8 +71,8 @@ def _mbpp_tasks(data_path: str, split: str) -> TaskSet:
     if split != "all":
         problems = [problem for problem in problems if int(problem.id.split("/")[1]) in MBPP_SPLITS[split]]
     if not problems:
-        raise ValueError(f"{data_path} has no MBPP task in the {split!r} split (task ids "
-                         f"{MBPP_SPLITS[split].start}-{MBPP_SPLITS[split].stop - 1}); use split='all'")
+        raise InvalidValue(f"{data_path} has no MBPP task in the {split!r} split (task ids "
+                           f"{MBPP_SPLITS[split].start}-{MBPP_SPLITS[split].stop - 1}); use split='all'")
     return code_tasks(problems, name=f"mbpp({split})")
 
 
@@ -113,5 +114,5 @@ def make_mbpp_env(*, data_path: str | Path | None = None, split: str = "test", l
         raise DatasetNotAvailable("MBPP needs its official file: download mbpp.jsonl (or sanitized-mbpp.json) "
                                   "from the google-research/mbpp repository and pass data_path=...")
     if split not in (*MBPP_SPLITS, "all"):
-        raise ValueError(f"split must be one of {', '.join((*MBPP_SPLITS, 'all'))}, got {split!r}")
+        raise InvalidValue(f"split must be one of {', '.join((*MBPP_SPLITS, 'all'))}, got {split!r}")
     return _coding_env(_mbpp_tasks(str(data_path), split), limit, sandbox_limits, env_kwargs)

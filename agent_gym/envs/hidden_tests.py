@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_gym.error import InvalidValue
 from agent_gym.tasks import CheckResult
 from agent_gym.tools.sandbox import Sandbox, SandboxLimits
 
@@ -90,7 +91,7 @@ def split_check_function(test_code: str, function: str = "check") -> tuple[str, 
         else:
             setup.append(ast.unparse(node))
     if not any(statement.is_test for statement in statements):
-        raise ValueError(f"the test code has no {function}() with assertions")
+        raise InvalidValue(f"the test code has no {function}() with assertions")
     return "\n".join(setup), statements
 
 

@@ -15,6 +15,7 @@ Datasets, corpora and indexes are loaded once per process and shared by every en
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from agent_gym.env import ToolEnv
 from agent_gym.envs.datasets import load_dataset
 from agent_gym.envs.datasets.download import canonical_name
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import Retriever
 from agent_gym.retrieval_index.client import DEFAULT_TOTAL_TIMEOUT_S
 from agent_gym.retrieval_index.corpus import Document
@@ -125,7 +127,7 @@ def make_qa_env(
     """
     top_k = require_int("top_k", top_k)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be at least 1 (an integer) or None, got {limit!r:.80}")
+        raise InvalidValue(f"limit must be at least 1 (an integer) or None, got {limit!r:.80}")
     data = str(data_path) if data_path is not None else None
     cache = str(cache_dir) if cache_dir is not None else None
     tasks, _ = _dataset(dataset, split, data, cache, limit, setting)
@@ -152,3 +154,13 @@ def make_2wikimultihopqa_env(**kwargs: Any) -> ToolEnv:
 def make_musique_env(**kwargs: Any) -> ToolEnv:
     """``AgentR1-Musique-v0``: see :func:`make_qa_env`."""
     return make_qa_env("musique", **kwargs)
+
+
+def _dataset_factory_signature() -> inspect.Signature:
+    signature = inspect.signature(make_qa_env)
+    return signature.replace(parameters=list(signature.parameters.values())[1:])  # the dataset is fixed
+
+
+# Each dataset's factory takes make_qa_env's settings: say so, so that a misspelt setting is named at make.
+for _factory in (make_hotpotqa_env, make_2wikimultihopqa_env, make_musique_env):
+    _factory.__signature__ = _dataset_factory_signature()  # type: ignore[attr-defined]

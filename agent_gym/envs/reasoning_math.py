@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_gym.env import ToolEnv
+from agent_gym.error import InvalidValue
 from agent_gym.tasks import CheckResult, Hop, Task, TaskSet, in_test_split
 from agent_gym.tools.calculator import calculate
 from agent_gym.tools.run_python import PythonTool
@@ -124,14 +125,14 @@ def _families(tasks: Sequence[str] | Mapping[str, Mapping[str, Any]] | str) -> d
     families = {name: dict(config) for name, config in tasks.items()} if isinstance(tasks, Mapping) else {
         name: {} for name in tasks}
     if not families:
-        raise ValueError("tasks must name at least one reasoning-gym family, e.g. tasks=['basic_arithmetic']")
+        raise InvalidValue("tasks must name at least one reasoning-gym family, e.g. tasks=['basic_arithmetic']")
     _reasoning_gym()
     from reasoning_gym.factory import DATASETS
 
     unknown = [name for name in families if name not in DATASETS]
     if unknown:
-        raise ValueError(f"unknown reasoning-gym famil{'y' if len(unknown) == 1 else 'ies'} "
-                         f"{', '.join(map(repr, unknown))}; choose from {', '.join(sorted(DATASETS))}")
+        raise InvalidValue(f"unknown reasoning-gym famil{'y' if len(unknown) == 1 else 'ies'} "
+                           f"{', '.join(map(repr, unknown))}; choose from {', '.join(sorted(DATASETS))}")
     return families
 
 
@@ -144,7 +145,7 @@ def generate_math_tasks(tasks: Sequence[str] | Mapping[str, Mapping[str, Any]] |
                         size: int = 500, seed: int = 0, split: str = "train") -> list[Task]:
     """``size`` distinct questions, one family after the other; train and test never share a question."""
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        raise InvalidValue(f"split must be one of {SPLITS}, got {split!r}")
     size = require_int("size", size)
     _reasoning_gym()
     families = _families(tasks)
@@ -156,7 +157,7 @@ def generate_math_tasks(tasks: Sequence[str] | Mapping[str, Mapping[str, Any]] |
         try:
             dataset = _dataset(family, config_json)
         except (TypeError, ValueError, AssertionError) as error:
-            raise ValueError(f"reasoning-gym refused the settings of {family!r} ({settings}): {error}") from error
+            raise InvalidValue(f"reasoning-gym refused the settings of {family!r} ({settings}): {error}") from error
         sources.append((family, config_json, dataset, _scores_in_process(family)))
     want_test = split == "test"
     next_index = [0] * len(sources)
@@ -169,8 +170,8 @@ def generate_math_tasks(tasks: Sequence[str] | Mapping[str, Mapping[str, Any]] |
             index = next_index[slot]
             next_index[slot] += 1
             if index >= draws:
-                raise ValueError(f"reasoning-gym family {family!r} gave too few distinct {split} questions for "
-                                 f"size={size}; ask for fewer, or widen the family's settings")
+                raise InvalidValue(f"reasoning-gym family {family!r} gave too few distinct {split} questions for "
+                                   f"size={size}; ask for fewer, or widen the family's settings")
             entry = dataset[index]
             question = str(entry["question"])
             if question not in seen and in_test_split(question, TEST_FRACTION) == want_test:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from agent_gym.envs import synthetic_names as vocab
 from agent_gym.envs.synthetic_names import NameGenerator
+from agent_gym.error import InvalidValue, KeyNotFound
 from agent_gym.tasks import Hop, Task
 
 __all__ = [
@@ -202,7 +203,7 @@ class World:
         try:
             return self.pages[self._by_title[title]]
         except KeyError:
-            raise KeyError(f"synthetic world (seed {self.seed}) has no page titled {title!r}") from None
+            raise KeyNotFound(f"synthetic world (seed {self.seed}) has no page titled {title!r}") from None
 
     def entity(self, title: str) -> Entity:
         """The entity whose page has this title."""
@@ -234,15 +235,15 @@ class World:
         kinds = tuple(kinds)
         unknown = sorted(set(kinds) - set(QUESTION_KINDS))
         if not kinds or unknown:
-            raise ValueError(f"kinds must be a non-empty subset of {QUESTION_KINDS}, got {kinds!r}")
+            raise InvalidValue(f"kinds must be a non-empty subset of {QUESTION_KINDS}, got {kinds!r}")
         if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+            raise InvalidValue(f"split must be one of {SPLITS}, got {split!r}")
         if "bridge" not in kinds and 1 in hop_counts:
-            raise ValueError(
+            raise InvalidValue(
                 "comparison questions need at least 2 hops; add 'bridge' to kinds or drop hops=1"
             )
         if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+            raise InvalidValue(f"n must be >= 0, got {n}")
         pools = self._pools(split)
         rng = random.Random(_mix(self.seed, seed, SPLITS.index(split)))
         seen: set[str] = set()
@@ -250,7 +251,7 @@ class World:
         misses = 0  # consecutive draws that gave nothing new: the world is (nearly) exhausted
         while len(tasks) < n:
             if misses > MAX_CONSECUTIVE_MISSES:
-                raise ValueError(
+                raise InvalidValue(
                     f"could only draw {len(tasks)} distinct questions of {n} from a world of {len(self)} "
                     f"pages (split {split!r}); generate a larger world or ask for fewer questions"
                 )
@@ -404,7 +405,7 @@ def _check_hops(hops: int | Sequence[int]) -> tuple[int, ...]:
     if not counts or any(
         not isinstance(h, int) or isinstance(h, bool) or not 1 <= h <= MAX_HOPS for h in counts
     ):
-        raise ValueError(
+        raise InvalidValue(
             f"hops must be an int or a non-empty sequence of ints in 1..{MAX_HOPS}, got {hops!r}"
         )
     return counts
@@ -428,15 +429,15 @@ def generate_world(num_entities: int | None = None, *, num_pages: int | None = N
     every choice, in a fixed order.
     """
     if num_entities is not None and num_pages is not None and num_entities != num_pages:
-        raise ValueError(f"give num_entities or num_pages, not both ({num_entities} != {num_pages})")
+        raise InvalidValue(f"give num_entities or num_pages, not both ({num_entities} != {num_pages})")
     size = num_entities if num_entities is not None else num_pages
     size = DEFAULT_NUM_ENTITIES if size is None else size
     if not isinstance(size, int) or isinstance(size, bool) or size < MIN_NUM_ENTITIES:
-        raise ValueError(
+        raise InvalidValue(
             f"a synthetic world needs an int number of entities >= {MIN_NUM_ENTITIES}, got {size!r}"
         )
     if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed must be an int, got {seed!r}")
+        raise InvalidValue(f"seed must be an int, got {seed!r}")
     rng = random.Random(seed)
     builder = _Builder(rng, NameGenerator(rng))
     counts = _kind_counts(size)

@@ -13,6 +13,7 @@ from typing import Any
 
 from agent_gym.env import ToolEnv
 from agent_gym.envs.synthetic_world import World, generate_world
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.corpus import Document
 from agent_gym.retrieval_index.search_tool import SearchTool
 from agent_gym.tasks import TaskSet
@@ -55,7 +56,7 @@ def _hop_tuple(hops: Any) -> tuple[int, ...]:
     """``hops`` as a non-empty tuple of ints in 1..4, or a ValueError naming that range."""
     values = [hops] if not isinstance(hops, Sequence) or isinstance(hops, str) else list(hops)
     if not values or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 4 for h in values):
-        raise ValueError(f"hops must be an int from 1 to 4 or a list of them, got {hops!r:.80}")
+        raise InvalidValue(f"hops must be an int from 1 to 4 or a list of them, got {hops!r:.80}")
     return tuple(values)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
+from agent_gym.error import InvalidValue
 from agent_gym.tasks import Hop, Task, in_test_split
 from agent_gym.tools.calculator import format_number, safe_eval
 
@@ -208,9 +209,9 @@ def generate_arithmetic_tasks(n: int, seed: int = 0, split: str = "train") -> li
     prefix of a longer one, and the train and test splits are disjoint.
     """
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        raise InvalidValue(f"split must be one of {SPLITS}, got {split!r}")
     if not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative int, got {n!r}")
+        raise InvalidValue(f"n must be a non-negative int, got {n!r}")
     rng = random.Random(f"calculator-{seed}-{split}")  # a str seed is hashed with SHA-512: same everywhere
     want_test = split == "test"
     tasks: list[Task] = []

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import Retriever
 from agent_gym.retrieval_index.bm25 import DEFAULT_BM25_BACKEND, BM25sRetriever, TantivyBM25
 from agent_gym.retrieval_index.corpus import CorpusFile, DocStore, Document, as_document, iter_corpus
@@ -71,7 +72,7 @@ def _unknown_params_message(backend: str, unknown: set[str], allowed: set[str], 
 def resolve_backend(name: str) -> str:
     """The concrete engine for a backend name (``"bm25"`` is :data:`DEFAULT_BM25_BACKEND`)."""
     if name not in BACKENDS:
-        raise ValueError(f"unknown retrieval backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        raise InvalidValue(f"unknown retrieval backend {name!r}; choose one of {', '.join(BACKENDS)}")
     return DEFAULT_BM25_BACKEND if name == "bm25" else name
 
 
@@ -81,18 +82,18 @@ def _split_params(backend: str, params: dict[str, Any]) -> tuple[str, dict[str, 
         allowed = _BUILD_PARAMS[backend] | _SEARCH_PARAMS[backend]
         unknown = set(params) - allowed
         if unknown:
-            raise ValueError(_unknown_params_message(backend, unknown, allowed, backend))
+            raise InvalidValue(_unknown_params_message(backend, unknown, allowed, backend))
         return backend, dict(params), {}
     params = dict(params)
     sparse = resolve_backend(params.pop("sparse", "bm25"))
     if sparse not in SPARSE_BACKENDS:
-        raise ValueError(f"hybrid's sparse part must be one of {SPARSE_BACKENDS} or 'bm25', got {sparse!r}")
+        raise InvalidValue(f"hybrid's sparse part must be one of {SPARSE_BACKENDS} or 'bm25', got {sparse!r}")
     k_rrf = params.pop("k_rrf", None)
     sparse_allowed = _BUILD_PARAMS[sparse] | _SEARCH_PARAMS[sparse]
     dense_allowed = _BUILD_PARAMS["dense"] | _SEARCH_PARAMS["dense"]
     unknown = set(params) - sparse_allowed - dense_allowed
     if unknown:
-        raise ValueError(_unknown_params_message("hybrid", unknown, sparse_allowed | dense_allowed, sparse))
+        raise InvalidValue(_unknown_params_message("hybrid", unknown, sparse_allowed | dense_allowed, sparse))
     sparse_params = {key: value for key, value in params.items() if key in sparse_allowed}
     dense_params = {key: value for key, value in params.items() if key in dense_allowed}
     if k_rrf is not None:
@@ -152,7 +153,7 @@ class _IdRecorder:
         if not repeats:
             return
         doc_id, rows = min(repeats.items(), key=lambda item: item[1][0])
-        raise ValueError(
+        raise InvalidValue(
             f"corpus {corpus_path}: document id {doc_id!r} is used by documents {rows[0] + 1} and {rows[1] + 1} "
             f"(counted from 1 in file order); {len(repeats)} ids are repeated in all. Ids name the search hits, "
             "so they must be unique: give each passage its own id and build again"
@@ -210,7 +211,7 @@ def build_index(
     if engine == "dense":
         sparse_params, dense_params = {}, sparse_params
     if encoder is not None and engine not in ("dense", "hybrid"):
-        raise ValueError(f"backend {backend!r} uses no encoder; pass --encoder only with dense or hybrid")
+        raise InvalidValue(f"backend {backend!r} uses no encoder; pass --encoder only with dense or hybrid")
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -229,7 +230,7 @@ def build_index(
             tqdm(ids.through(docs), desc="writing document store", unit="doc", disable=not show_progress), staging
         )
         if doc_count == 0:
-            raise ValueError(f"corpus {corpus_path} has no documents")
+            raise InvalidValue(f"corpus {corpus_path} has no documents")
         store = DocStore(staging)
         try:
             ids.refuse_repeats(store, corpus_path)
@@ -327,7 +328,7 @@ def make_retriever(
     so only the first process to index a corpus pays for encoding it.
     """
     if (docs is None) == (corpus_path is None):
-        raise ValueError("make_retriever needs exactly one of docs= or corpus_path=")
+        raise InvalidValue("make_retriever needs exactly one of docs= or corpus_path=")
     documents = (
         [as_document(doc) for doc in docs]
         if docs is not None
@@ -335,7 +336,7 @@ def make_retriever(
     )
     engine = resolve_backend(kind)
     if encoder is not None and engine not in ("dense", "hybrid"):
-        raise ValueError(f"retriever {kind!r} uses no encoder; pass encoder= only with dense or hybrid")
+        raise InvalidValue(f"retriever {kind!r} uses no encoder; pass encoder= only with dense or hybrid")
     sparse, sparse_params, dense_params = _split_params(engine, params)
     cache = None
     if engine in ("dense", "hybrid") and embedding_cache is not False:

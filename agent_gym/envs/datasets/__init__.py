@@ -30,6 +30,7 @@ from agent_gym.envs.datasets.hotpotqa import load_hotpotqa
 from agent_gym.envs.datasets.musique import load_musique
 from agent_gym.envs.datasets.searchr1_parquet import load_searchr1_parquet
 from agent_gym.envs.datasets.twowiki import load_2wikimultihopqa
+from agent_gym.error import InvalidValue
 from agent_gym.tasks import TaskSet
 
 _LOADERS = {"hotpotqa": load_hotpotqa, "2wikimultihopqa": load_2wikimultihopqa, "musique": load_musique}
@@ -61,7 +62,7 @@ def load_dataset(
     accepted = set(inspect.signature(loader).parameters)
     unknown = sorted(set(options) - accepted)
     if unknown:
-        raise ValueError(
+        raise InvalidValue(
             f"{canonical_name(name)} takes no option {', '.join(unknown)}; it takes {sorted(accepted)}"
         )
     return loader(split, data_path, cache_dir, **options)

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from agent_gym.error import InvalidValue
+
 logger = logging.getLogger(__name__)
 
 DedupeKey = Literal["title", "title_text"]
@@ -62,7 +64,7 @@ def build_distractor_corpus(
 ) -> DistractorCorpus:
     """Deduplicate ``(title, text)`` paragraphs into a corpus (see the module docstring for the keys)."""
     if dedupe_by not in ("title", "title_text"):
-        raise ValueError(f"dedupe_by must be 'title' or 'title_text', not {dedupe_by!r}")
+        raise InvalidValue(f"dedupe_by must be 'title' or 'title_text', not {dedupe_by!r}")
     kept: dict[tuple[str, str] | str, tuple[str, str]] = {}
     seen = conflicts = 0
     for title, text in paragraphs:

@@ -30,7 +30,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidValue
 
 DATA_DIR_ENV = "AGENT_GYM_DATA_DIR"
 OFFLINE_ENV = "AGENT_GYM_OFFLINE"
@@ -162,7 +162,7 @@ def canonical_name(name: str) -> str:
     """Map a dataset name or alias (``"2wiki"``, ``"hotpot_qa"``) to its canonical name."""
     key = name.strip().lower().replace("-", "")
     if key not in _NAME_ALIASES:
-        raise ValueError(f"unknown dataset {name!r}; expected one of {', '.join(DATASET_NAMES)}")
+        raise InvalidValue(f"unknown dataset {name!r}; expected one of {', '.join(DATASET_NAMES)}")
     return _NAME_ALIASES[key]
 
 
@@ -170,7 +170,7 @@ def canonical_split(split: str) -> str:
     """Map ``"validation"``/``"val"`` to ``"dev"``; accept ``"dev"`` and ``"train"``."""
     key = split.strip().lower()
     if key not in _SPLIT_ALIASES:
-        raise ValueError(
+        raise InvalidValue(
             f"unknown split {split!r}; expected one of {', '.join(SPLITS)} "
             "(the official test splits have no gold answers)"
         )
@@ -195,7 +195,7 @@ def canonical_setting(name: str, setting: str | None) -> str | None:
         return None
     if setting not in settings:
         choices = f"choose one of {', '.join(settings)}" if settings else "it has none"
-        raise ValueError(f"{canonical_name(name)} has no setting {setting!r}; {choices}")
+        raise InvalidValue(f"{canonical_name(name)} has no setting {setting!r}; {choices}")
     return setting
 
 

@@ -20,6 +20,7 @@ from agent_gym.envs.datasets.download import (
     remote_file,
 )
 from agent_gym.envs.datasets.files import DatasetFormatError, read_json_records
+from agent_gym.error import InvalidValue
 from agent_gym.tasks import Task, TaskSet
 
 Record = dict[str, Any]
@@ -69,7 +70,7 @@ def read_split_records(
     layout with ``record_from_hub_row``; ``data_path`` always wins over ``source``.
     """
     if source not in ("official", "hf"):
-        raise ValueError(f"source must be 'official' or 'hf', not {source!r}")
+        raise InvalidValue(f"source must be 'official' or 'hf', not {source!r}")
     if source == "hf" and data_path is None:
         convert = record_from_hub_row or dict
         return [convert(row) for row in fetch_hub_rows(name, split, setting)], None
@@ -97,7 +98,7 @@ def build_split(
     """
     if limit is not None:
         if limit < 0:
-            raise ValueError(f"limit must be >= 0, not {limit}")
+            raise InvalidValue(f"limit must be >= 0, not {limit}")
         records = records[:limit]
     name, split = canonical_name(name), canonical_split(split)
     tasks: list[Task] = []

@@ -14,6 +14,7 @@ from typing import Any
 
 from agent_gym.envs.datasets.files import DatasetFormatError, read_json_records
 from agent_gym.envs.hidden_tests import CodeProblem, TestStatement
+from agent_gym.error import InvalidValue
 
 __all__ = ["load_mbpp", "problem_from_record"]
 
@@ -25,7 +26,7 @@ def _called_function(test: str) -> str:
     for node in ast.walk(ast.parse(test)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             return node.func.id
-    raise ValueError(f"no function call in the test {test!r}")
+    raise InvalidValue(f"no function call in the test {test!r}")
 
 
 def problem_from_record(record: dict[str, Any]) -> CodeProblem:

@@ -18,6 +18,7 @@ from typing import Any
 
 from agent_gym.envs.datasets.files import DatasetFormatError, open_binary
 from agent_gym.envs.datasets.loading import unique_strings
+from agent_gym.error import InvalidValue
 from agent_gym.tasks import Task, TaskSet
 
 ANSWER_SEPARATOR = "<|answer_split|>"
@@ -71,7 +72,7 @@ def task_from_row(row: dict[str, Any], row_index: int = 0) -> Task:
     messages = [dict(message) for message in row.get("prompt") or []]
     answers = _answers(row)
     if not answers:
-        raise ValueError("no gold answer in reward_model.ground_truth or golden_answers")
+        raise InvalidValue("no gold answer in reward_model.ground_truth or golden_answers")
     return Task(
         id=_row_id(row, source, extra_info, row_index),
         question=str(row.get("question") or _question_from_prompt(messages)).strip(),
@@ -121,7 +122,7 @@ def _flatten(value: Any) -> Iterable[str]:
 def _question_from_prompt(messages: list[dict[str, Any]]) -> str:
     user_turns = [str(message.get("content", "")) for message in messages if message.get("role") == "user"]
     if not user_turns:
-        raise ValueError("prompt has no user message and the row has no question column")
+        raise InvalidValue("prompt has no user message and the row has no question column")
     content = user_turns[-1]
     return content.rsplit(_QUESTION_MARKER, 1)[1] if _QUESTION_MARKER in content else content
 
