@@ -152,17 +152,12 @@ class Trainer:
         needs_reference = config.kl_coef > 0 or config.kl_in_reward_coef > 0
         # With LoRA the reference is the base model with adapters disabled: no second copy in memory.
         self.reference: torch.nn.Module | None = None
-        if needs_reference and config.lora_rank == 0 and not config.adapter:
+        if needs_reference and config.lora_rank == 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.critic: ValueModel | None = None
         if config.algo == "ppo":
             self.critic = ValueModel.from_policy(model).to(self.device)
-        if config.adapter:
-            from agent_gym.trainers.model_init import load_adapter
-
-            self.model = load_adapter(model, config.adapter, trainable=True)
-        else:
-            self.model = self._apply_lora(model) if config.lora_rank > 0 else model
+        self.model = self._apply_lora(model) if config.lora_rank > 0 else model
 
         optimizer_steps = max(1, config.total_steps * config.ppo_epochs * config.num_mini_batches)
         schedule = _lr_lambda(config.lr_schedule, config.warmup_steps, optimizer_steps)
@@ -201,9 +196,7 @@ class Trainer:
             )
         from agent_gym.trainers.model_init import load_model_and_tokenizer
 
-        from agent_gym.trainers.precision import resolve_dtype
-
-        dtype = resolve_dtype(config.dtype, _resolve_device(config.device))
+        dtype = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
         return load_model_and_tokenizer(config.model, dtype=dtype)
 
     def _apply_lora(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -234,8 +227,6 @@ class Trainer:
         return [make] * self.config.rollout_batch_size
 
     def _make_backend(self) -> GenerationBackend:
-        from agent_gym.trainers.precision import dtype_name, resolve_dtype
-
         config = self.config
         if config.backend == "transformers":  # shares self.model: sync_weights is a no-op
             return make_backend("transformers", self.model, self.tokenizer)
@@ -244,8 +235,7 @@ class Trainer:
                 "vllm",
                 config.model,
                 self.tokenizer,
-                # the same precision as the trainer, so PPO ratios start at 1
-                dtype=dtype_name(resolve_dtype(config.dtype, self.device)),
+                dtype=config.dtype,  # the same precision as the trainer, so PPO ratios start at 1
                 max_model_len=config.max_context_tokens,
                 seed=config.seed,
             )
