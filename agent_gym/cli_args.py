@@ -20,6 +20,7 @@ __all__ = [
     "make_env",
     "one_line",
     "parse_env_kwarg_pairs",
+    "port_number",
     "user_errors",
 ]
 
@@ -55,6 +56,20 @@ def user_errors(*types: type[BaseException], context: str = "") -> Iterator[None
         yield
     except types as error:
         raise UsageError(f"{context}{one_line(error)}") from error
+
+
+def port_number(text: str) -> int:
+    """argparse type of ``--port``: a TCP port, 0 (any free port) to 65535.
+
+    The socket layer would take 99999 and listen on 99999 mod 65536 = 34463, which no client would look for.
+    """
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a port is a number from 0 to 65535, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 0 to 65535, got {port}")
+    return port
 
 
 def _parse_value(text: str) -> Any:

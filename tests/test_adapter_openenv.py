@@ -245,3 +245,28 @@ def test_agent_gym_eval_evaluates_a_model_on_a_served_env_by_id(url, tmp_path, c
                  "--env-kwarg", f"base_url={url}", "--out", str(tmp_path / "eval.jsonl")])
     assert code == 0 and len((tmp_path / "eval.jsonl").read_text().splitlines()) == 2
     assert "| model base_url=" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_env_serve_refuses_a_port_out_of_range(port, capsys):
+    from agent_gym.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["env", "serve", "AgentR1-Calculator-v0", "--port", port])
+    assert exited.value.code == 2
+    assert "a port is a number from 0 to 65535" in capsys.readouterr().err
+
+
+def test_env_serve_on_a_busy_port_says_so_before_announcing_anything(capsys):
+    import socket
+
+    from agent_gym.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["env", "serve", "AgentR1-Calculator-v0", "--port", str(port)]) == 2
+    out, err = capsys.readouterr()
+    assert "serving" not in out
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "pick another --port" in err

@@ -288,3 +288,12 @@ def test_every_env_command_accepts_both_env_kwargs_forms(command: str) -> None:
         assert config_from_train_args(namespace).env_kwargs == {"hops": 3, "split": "test"}
     else:
         assert env_kwargs_from_args(namespace) == {"hops": 3, "split": "test"}
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-5"])
+def test_index_serve_refuses_a_port_out_of_range(port: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["index", "serve", str(tmp_path), "--port", port])
+    assert exited.value.code == 2
+    assert "a port is a number from 0 to 65535" in capsys.readouterr().err

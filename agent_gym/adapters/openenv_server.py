@@ -299,12 +299,12 @@ def create_env_app(
 
 
 def add_env_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from agent_gym.cli_args import add_env_kwargs_arguments
+    from agent_gym.cli_args import add_env_kwargs_arguments, port_number
 
     parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default: loopback only; 0.0.0.0 exposes every env to the network)")
-    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--port", type=port_number, default=8001, help="TCP port, 0 for any free one (default: 8001)")
     parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
                         help="live WebSocket sessions (each holds its own env); more are refused")
     parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
@@ -328,6 +328,17 @@ def run_env_serve(args: argparse.Namespace) -> int:
     app = create_env_app(lambda: make_env(args.env_id, env_kwargs), name=args.env_id,
                          description=registered_envs().get(args.env_id, ""), max_sessions=args.max_sessions,
                          idle_timeout_s=args.idle_timeout)
-    print(f"serving {args.env_id} over the OpenEnv protocol at ws://{args.host}:{args.port}/ws", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", ws_max_size=args.max_message_bytes)
+    from agent_gym.retrieval_index.server import bind_socket
+
+    try:  # bind before saying "serving": a busy port is reported as such, not after the announcement
+        sock = bind_socket(args.host, args.port)
+    except OSError as error:
+        raise UsageError(str(error)) from error
+    port = sock.getsockname()[1]
+    print(f"serving {args.env_id} over the OpenEnv protocol at ws://{args.host}:{port}/ws", flush=True)
+    config = uvicorn.Config(app, log_level="warning", ws_max_size=args.max_message_bytes)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
     return 0

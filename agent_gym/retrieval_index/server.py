@@ -538,7 +538,9 @@ def add_index_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="interface to listen on (default: loopback only; 0.0.0.0 exposes the index "
                              "to the network, unauthenticated)")
-    parser.add_argument("--port", type=int, default=8000, help="TCP port (default: 8000)")
+    from agent_gym.cli_args import port_number
+
+    parser.add_argument("--port", type=port_number, default=8000, help="TCP port (default: 8000)")
     parser.add_argument("--workers", type=int, default=1,
                         help="worker processes sharing the memory-mapped index (default: 1; threads scale "
                              "at most 1.3x, processes scale with cores)")
