@@ -47,10 +47,14 @@ register_suite()
 
 def _register_remote_env() -> None:
     """``AgentGym-Remote-v0`` (kwarg ``base_url``): an env served by ``agent-gym env serve``, by id, so the CLI can
-    evaluate a model on it. Not one of the suite's ids (``agent-gym envs``): it holds no env of its own."""
+    evaluate a model on it. ``agent-gym envs`` lists it; it holds no env of its own, so it needs a server."""
     import gymnasium as gym
 
+    from agent_gym.registration import ENV_DESCRIPTIONS
+
     gym.register(id=REMOTE_ENV_ID, entry_point="agent_gym.adapters.openenv:RemoteEnv")
+    ENV_DESCRIPTIONS[REMOTE_ENV_ID] = ("any env served by `agent-gym env serve` (OpenEnv protocol), reached over "
+                                       "the network: kwarg base_url=http://HOST:PORT")
 
 
 REMOTE_ENV_ID = "AgentGym-Remote-v0"

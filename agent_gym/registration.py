@@ -90,7 +90,7 @@ def factory_settings(factory: Callable[..., Any]) -> list[str]:
     for parameter in inspect.signature(factory).parameters.values():
         if parameter.kind is inspect.Parameter.VAR_KEYWORD:
             forwards = True
-        elif parameter.kind is not inspect.Parameter.VAR_POSITIONAL and parameter.default is not parameter.empty:
+        elif parameter.kind is not inspect.Parameter.VAR_POSITIONAL:
             names.append(parameter.name)
     return names + [name for name in tool_env_settings() if name not in names] if forwards else names
 

@@ -297,3 +297,9 @@ def test_index_serve_refuses_a_port_out_of_range(port: str, tmp_path: Path,
         main(["index", "serve", str(tmp_path), "--port", port])
     assert exited.value.code == 2
     assert "a port is a number from 0 to 65535" in capsys.readouterr().err
+
+
+def test_envs_lists_the_remote_env_the_readme_uses(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["envs"])
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("AgentGym-Remote-v0 "))
+    assert "agent-gym env serve" in line and "base_url=" in line
