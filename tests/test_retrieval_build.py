@@ -352,3 +352,71 @@ def test_dense_make_retriever_without_cache_writes_nothing(hotpot_docs, tmp_path
     monkeypatch.setenv("AGENT_GYM_DATA_DIR", str(tmp_path))
     make_retriever("dense", hotpot_docs[:5], embedding_cache=False)
     assert not any(tmp_path.rglob("*.npy"))
+
+
+def test_rebuild_into_a_directory_with_other_files_replaces_only_the_index(
+    corpus: Path, hotpot_docs, tmp_path: Path
+) -> None:
+    # `--corpus idx/corpus.jsonl --out idx`: the corpus (and anything else of the user's) outlives the rebuild
+    index = tmp_path / "idx"
+    build_index(corpus, index, "tantivy", show_progress=False)
+    shutil.copy(corpus, index / "corpus.jsonl.gz")
+    (index / "notes.txt").write_text("keep me")
+    build_index(index / "corpus.jsonl.gz", index, "bm25s", show_progress=False)
+    assert (index / "notes.txt").read_text() == "keep me"
+    assert (index / "corpus.jsonl.gz").read_bytes() == corpus.read_bytes()
+    assert not (index / "tantivy").exists()  # the old index's engine went with it
+    with open_index(index, corpus_path=index / "corpus.jsonl.gz") as retriever:
+        assert retriever.search_one(hotpot_docs[7].title, 3)[0].id == hotpot_docs[7].id
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.jsonl.gz", "idx"]
+
+
+_BUILD_AND_HANG = """
+import sys, time
+from pathlib import Path
+import agent_gym.retrieval_index.build as build
+
+real_write = build.DocStore.write
+
+def write_then_hang(docs, directory):
+    count = real_write(docs, directory)
+    Path(sys.argv[3]).touch()
+    time.sleep(600)  # killed here, mid-build
+    return count
+
+build.DocStore.write = staticmethod(write_then_hang)
+build.build_index(sys.argv[1], sys.argv[2], "tantivy", show_progress=False)
+"""
+
+
+def test_staging_left_by_a_killed_build_is_removed_by_the_next(corpus: Path, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    out, writing = tmp_path / "builds" / "idx", tmp_path / "writing"
+    child = subprocess.Popen([sys.executable, "-c", _BUILD_AND_HANG, str(corpus), str(out), str(writing)])
+    try:
+        deadline = time.monotonic() + 120
+        while not writing.exists():
+            assert child.poll() is None and time.monotonic() < deadline, "the build never got to the store"
+            time.sleep(0.05)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert [path.name for path in out.parent.iterdir()] == [f".idx.building-{child.pid}"]  # kill -9 left it
+
+    build_index(corpus, out, "tantivy", show_progress=False)
+    assert [path.name for path in out.parent.iterdir()] == ["idx"]
+
+
+def test_truncated_document_store_is_refused_when_the_index_is_opened(corpus: Path, tmp_path: Path) -> None:
+    from agent_gym.retrieval_index.base import RetrievalError
+    from agent_gym.retrieval_index.bm25 import TantivyBM25
+
+    build_index(corpus, tmp_path / "index", "tantivy", show_progress=False)
+    docs = tmp_path / "index" / "docs.jsonl"
+    docs.write_bytes(docs.read_bytes()[: docs.stat().st_size // 2])  # a copy cut short
+    with pytest.raises(RetrievalError, match="truncated.*agent-gym index build --corpus"):
+        open_index(tmp_path / "index")
+    with pytest.raises(RetrievalError, match="truncated"):  # a backend opened directly checks it too
+        TantivyBM25.open(tmp_path / "index")

@@ -23,6 +23,10 @@ class RetrievalError(AgentGymError, RuntimeError):
     """A retriever could not answer (dead server, corrupt index, ...)."""
 
 
+class IndexCorruptError(RetrievalError):
+    """An index's files are not the ones its build wrote (cut short by a copy, edited); rebuild it."""
+
+
 class Retriever(ABC):
     """Batched search over a corpus of ``{"id", "title", "text"}`` documents.
 

@@ -169,15 +169,58 @@ def _check_out_dir(out_dir: Path) -> None:
                               "choose another --out, or remove that directory first")
 
 
+def _index_entries() -> set[str]:
+    """The names an index directory may hold for itself: manifest, document store, each engine's folder."""
+    from agent_gym.retrieval_index.dense import DenseRetriever
+    from agent_gym.retrieval_index.pyserini_backend import PyseriniBM25
+
+    engines = (TantivyBM25, BM25sRetriever, DenseRetriever, PyseriniBM25)
+    return {MANIFEST_NAME, DocStore.DATA, DocStore.OFFSETS, *(engine.SUBDIR for engine in engines)}
+
+
 def _move_into_place(staging: Path, out_dir: Path) -> None:
-    """Rename a finished build to ``out_dir``, replacing an earlier index (or an empty directory) there."""
+    """Rename a finished build to ``out_dir``, replacing an earlier index (or an empty directory) there.
+
+    Other files in ``out_dir`` (the corpus, say) stay: then the old index's entries are swapped one by one,
+    manifest out first and in last, so the directory never holds a manifest over a half-replaced index.
+    """
     if not out_dir.exists():
         staging.rename(out_dir)
         return
     retired = out_dir.with_name(f".{out_dir.name}.replaced-{os.getpid()}")
-    out_dir.rename(retired)
-    staging.rename(out_dir)
+    own = _index_entries()
+    others = [entry for entry in out_dir.iterdir() if entry.name not in own]
+    if not others:
+        out_dir.rename(retired)
+        staging.rename(out_dir)
+    else:
+        retired.mkdir()
+        old = sorted((entry for entry in out_dir.iterdir() if entry.name in own), key=lambda e: e.name != MANIFEST_NAME)
+        for entry in old:
+            entry.rename(retired / entry.name)
+        for entry in sorted(staging.iterdir(), key=lambda e: e.name == MANIFEST_NAME):
+            entry.rename(out_dir / entry.name)
+        staging.rmdir()
     shutil.rmtree(retired, ignore_errors=True)  # a server still reading it keeps its open files
+
+
+def _remove_stale_staging(out_dir: Path) -> None:
+    """Delete the hidden build and swap directories beside ``out_dir`` whose process is gone (a kill -9)."""
+    for pattern in (f".{out_dir.name}.building-*", f".{out_dir.name}.replaced-*"):
+        for entry in out_dir.parent.glob(pattern):
+            pid = entry.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _process_alive(int(pid)):
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def build_index(
@@ -215,6 +258,7 @@ def build_index(
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_staging(out_dir)
     staging = out_dir.with_name(f".{out_dir.name}.building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
@@ -256,7 +300,8 @@ def build_index(
         recorded = dict(params)
         if engine == "hybrid":
             recorded["sparse"] = sparse
-        manifest = Manifest.for_corpus(corpus_path, engine, doc_count, encoder=encoder_name, params=recorded)
+        manifest = Manifest.for_corpus(corpus_path, engine, doc_count, encoder=encoder_name, params=recorded,
+                                       docs_bytes=(staging / DocStore.DATA).stat().st_size)
         manifest.write(staging)
         _move_into_place(staging, out_dir)
     except BaseException:
@@ -293,6 +338,7 @@ def open_index(
 
         encoder = encoder_spec(encoder).name
     manifest.check(directory, corpus_path, encoder)
+    manifest.check_files(directory)
     params = {**manifest.params, **search_params}
     docs = DocStore(directory)
     if manifest.backend != "hybrid":

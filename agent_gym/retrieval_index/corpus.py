@@ -27,7 +27,7 @@ from typing import IO, Any, overload
 import numpy as np
 
 from agent_gym.jsonl import iter_jsonl
-from agent_gym.retrieval_index.base import Hit
+from agent_gym.retrieval_index.base import Hit, IndexCorruptError
 
 __all__ = [
     "CorpusFile",
@@ -158,6 +158,9 @@ def corpus_checksum(path: str | os.PathLike[str], chunk_bytes: int = 1 << 22) ->
     return "sha256:" + digest.hexdigest()
 
 
+_REBUILD = "rebuild the index with `agent-gym index build --corpus CORPUS --out DIR` (or copy it again whole)"
+
+
 class DocStore(Sequence[Document]):
     """Documents on disk, fetched by row number through a memory map.
 
@@ -175,9 +178,20 @@ class DocStore(Sequence[Document]):
             raise FileNotFoundError(
                 f"no document store in {directory} (expected {self.DATA} and {self.OFFSETS})"
             )
-        self._offsets = np.load(offsets_path, mmap_mode="r")
+        try:
+            self._offsets = np.load(offsets_path, mmap_mode="r")
+        except ValueError as error:  # a cut .npy does not parse
+            raise IndexCorruptError(f"{offsets_path} is truncated or corrupt ({error}); {_REBUILD}") from None
         self._file = open(data_path, "rb")
         size = os.fstat(self._file.fileno()).st_size
+        # The last offset is the byte count the build wrote: a shorter file fails every search on a cut line.
+        expected = int(self._offsets[-1]) if len(self._offsets) else 0
+        if size != expected:
+            self._file.close()
+            state = "truncated" if size < expected else "longer than built"
+            raise IndexCorruptError(
+                f"{data_path} is {state}: {size} bytes where the build wrote {expected}; {_REBUILD}"
+            )
         self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
 
     @staticmethod

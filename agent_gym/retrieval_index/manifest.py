@@ -15,11 +15,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from agent_gym.retrieval_index.base import RetrievalError
-from agent_gym.retrieval_index.corpus import corpus_checksum
+from agent_gym.retrieval_index.base import IndexCorruptError, RetrievalError
+from agent_gym.retrieval_index.corpus import DocStore, corpus_checksum
 
 __all__ = [
     "MANIFEST_NAME",
+    "IndexCorruptError",
     "IndexMismatchError",
     "IndexNotFoundError",
     "Manifest",
@@ -83,6 +84,7 @@ class Manifest:
     doc_count: int
     encoder: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    docs_bytes: int | None = None  # size of the document store's docs.jsonl (None: built before it was recorded)
     versions: dict[str, str] = field(default_factory=dict)
     created: str = ""
     format_version: int = FORMAT_VERSION
@@ -95,6 +97,7 @@ class Manifest:
         doc_count: int,
         encoder: str | None = None,
         params: dict[str, Any] | None = None,
+        docs_bytes: int | None = None,
     ) -> Manifest:
         """A manifest for a new build of ``corpus_path`` (computes its checksum)."""
         path = Path(corpus_path).resolve()
@@ -108,6 +111,7 @@ class Manifest:
             doc_count=doc_count,
             encoder=encoder,
             params=dict(params or {}),
+            docs_bytes=docs_bytes,
             versions=library_versions(),
             created=datetime.now(UTC).isoformat(timespec="seconds"),
         )
@@ -154,6 +158,18 @@ class Manifest:
         if str(path) == self.corpus_path and stat.st_mtime == self.corpus_mtime:
             return True
         return corpus_checksum(path) == self.corpus_checksum
+
+    def check_files(self, directory: str | os.PathLike[str]) -> None:
+        """Raise :class:`IndexCorruptError` if the document store is not the size the build wrote."""
+        path = Path(directory) / DocStore.DATA
+        size = path.stat().st_size if path.is_file() else None
+        if self.docs_bytes is None or size == self.docs_bytes:
+            return
+        state = "missing" if size is None else ("truncated" if size < self.docs_bytes else "longer than built")
+        raise IndexCorruptError(
+            f"{path} is {state}: {size or 0} bytes where the build wrote {self.docs_bytes}, so searches would "
+            f"fail. Rebuild the index with: {build_command(self.corpus_path, self.backend, directory, self.encoder)}"
+        )
 
     def check(
         self,
