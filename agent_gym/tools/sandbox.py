@@ -3,13 +3,19 @@
 Each :meth:`Sandbox.run` starts a fresh interpreter in a fresh temporary directory (removed afterwards), with
 no inherited environment variable, stdin closed, and stdout/stderr captured and clipped. The process gets:
 
-- limits: wall-clock seconds (the parent kills it), CPU seconds, address space and file size (``setrlimit``);
+- limits: wall-clock seconds (the parent kills it), CPU seconds, address space, file size and, where user
+  namespaces work, a total for its directory (a ``tmpfs`` of ``disk_mb``);
 - no network: a new user and network namespace through ``unshare`` where Linux allows unprivileged ones; where
   it does not, the launcher's seccomp filter still refuses every socket and Landlock (ABI >= 4) every TCP
   connect, so the fallback is documented, not silent: :attr:`SandboxRun.isolation` says which layers held;
-- one process only: seccomp refuses ``fork``/``vfork``/``clone`` of a process, so a fork bomb stops at its
-  first fork (threads still work); no signal to any process but itself, no ``ptrace``;
-- writes only inside its directory (Landlock), and no reading another process's ``/proc/PID/environ``.
+- one process only, and no reach into any other: seccomp refuses ``fork``/``vfork``/``clone`` of a process,
+  so a fork bomb stops at its first fork (threads still work); signals, ``prlimit``, priorities, affinity and
+  scheduling work on itself only; no ``ptrace``;
+- reads only of the interpreter, its libraries and its own directory; writes only there (Landlock); outside it
+  a read-only view, metadata included (a mount namespace; without one, seccomp refuses every metadata change).
+
+The verdict of a run is the parent's: the isolation it reports comes from the launcher's first record only,
+and a program's own records (``assert_passed``) count only for asserts the parent finds in its source.
 
 :mod:`agent_gym.tools.sandbox_child` applies the in-process layers; its docstring lists them. Where a layer is
 missing (an old kernel, an architecture without a seccomp table), a warning says so once and the run goes on;
@@ -43,6 +49,7 @@ from agent_gym.tools import sandbox_child
 __all__ = ["Sandbox", "SandboxLimits", "SandboxRun", "SandboxError", "SandboxUnavailable", "namespace_command"]
 
 MAIN_FILE = "main.py"
+REPORT_FD = sandbox_child.REPORT_FD
 _REPORT_LIMIT_BYTES = 1 << 20
 _EXIT_GRACE_S = 0.2  # after the program exits, how long its pipes may take to reach end-of-file
 # Variables the program sees, fixed here and never inherited: a run must not depend on (or read) the caller's.
@@ -67,6 +74,8 @@ class SandboxLimits:
         cpu_s: CPU seconds (whole seconds, rounded up) before the kernel stops it.
         memory_mb: address space in MiB; an allocation beyond it raises ``MemoryError``.
         file_mb: the largest file the program may write, in MiB.
+        disk_mb: all the files of its directory together, in MiB (a ``tmpfs``, so memory too; where user
+            namespaces are off only ``file_mb`` holds).
         output_chars: characters of stdout and of stderr kept each; the rest is cut with a note.
         code_chars: the longest program accepted.
     """
@@ -75,11 +84,12 @@ class SandboxLimits:
     cpu_s: float = 5.0
     memory_mb: int = 1024
     file_mb: int = 16
+    disk_mb: int = 64
     output_chars: int = 4_000
     code_chars: int = 50_000
 
     def __post_init__(self) -> None:
-        for name in ("wall_s", "cpu_s", "memory_mb", "file_mb", "output_chars", "code_chars"):
+        for name in ("wall_s", "cpu_s", "memory_mb", "file_mb", "disk_mb", "output_chars", "code_chars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
                 raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}")
@@ -99,8 +109,10 @@ class SandboxRun:
         exception: the type name of an uncaught exception, if any.
         signal_name: e.g. ``SIGSEGV`` when a signal ended the process.
         wall_s, cpu_s: time taken.
-        isolation: the layers that held (``namespaces``, ``landlock`` ABI, ``seccomp``).
-        reports: the JSON records the run wrote to the report pipe (``assert_passed``, a harness's results).
+        isolation: the layers that held (``namespaces``, ``private_view``, ``landlock`` ABI, ``seccomp``), as
+            the launcher reported them before the program ran.
+        reports: the JSON records the program wrote to the report pipe (a harness's results); with
+            ``count_asserts``, ``assert_passed`` records only for asserts the source holds, each once.
     """
 
     status: str
@@ -203,15 +215,43 @@ class Sandbox:
     def __repr__(self) -> str:
         return f"Sandbox({self.limits!r}, site_packages={self.site_packages}, strict={self.strict})"
 
-    def run(self, code: str, *, files: Mapping[str, str] | None = None, count_asserts: bool = False) -> SandboxRun:
+    def run(self, code: str, *, files: Mapping[str, str] | None = None, count_asserts: bool = False,
+            channels: Mapping[int, int] | None = None) -> SandboxRun:
         """Run ``code`` as ``main.py`` in a fresh directory that also holds ``files`` (name -> text).
 
         ``count_asserts`` reports each module-level ``assert`` that calls something and passes, as an
-        ``assert_passed`` record. Never raises for anything the program does; raises :class:`SandboxError`
-        only when the sandbox cannot start, and :class:`SandboxUnavailable` in strict mode.
+        ``assert_passed`` record. ``channels`` maps a descriptor number the program finds open (4 and up) to a
+        descriptor of this process (a pipe's end) that it gets there; each is closed here once the program
+        started, so that its peer sees end-of-file when the program ends. Never raises for anything the program
+        does; raises :class:`SandboxError` only when the sandbox cannot start, and :class:`SandboxUnavailable`
+        in strict mode.
         """
-        if not isinstance(code, str):
-            raise TypeError(f"code must be a str, got {type(code).__name__}")
+        channels = dict(channels or {})
+        try:
+            if not isinstance(code, str):
+                raise TypeError(f"code must be a str, got {type(code).__name__}")
+            if any(number <= REPORT_FD for number in channels):
+                raise ValueError(f"channels must use descriptor numbers above {REPORT_FD}, got {sorted(channels)}")
+            namespaces = self._namespaces()
+            directory = tempfile.mkdtemp(prefix="agent-gym-run-")
+        except BaseException:
+            _close_all(channels.values())
+            raise
+        try:
+            for name, text in {**(files or {}), MAIN_FILE: code}.items():
+                path = Path(directory, name)
+                if path.parent != Path(directory):
+                    raise ValueError(f"file names must be plain names inside the run directory, got {name!r}")
+                path.write_text(text, encoding="utf-8", errors="replace")
+            run = self._run_in(directory, namespaces, count_asserts, channels)
+        finally:
+            _close_all(channels.values())
+            _remove_tree(directory)
+        if count_asserts:
+            run.reports = _counted_asserts(run.reports, sandbox_child.counted_assert_lines(code))
+        return run
+
+    def _namespaces(self) -> tuple[str, ...]:
         namespaces = namespace_command()
         if not namespaces:
             if self.strict:
@@ -219,22 +259,17 @@ class Sandbox:
                                          "(sysctl kernel.unprivileged_userns_clone or AppArmor); enable them or "
                                          "use strict=False, which keeps seccomp's no-socket rule")
             _warn_once("namespaces", "Python sandbox: no user/network namespace here; the program is kept off the "
-                                     "network by seccomp (no socket) and Landlock (no TCP) only")
-        directory = tempfile.mkdtemp(prefix="agent-gym-run-")
-        try:
-            for name, text in {**(files or {}), MAIN_FILE: code}.items():
-                path = Path(directory, name)
-                if path.parent != Path(directory):
-                    raise ValueError(f"file names must be plain names inside the run directory, got {name!r}")
-                path.write_text(text, encoding="utf-8", errors="replace")
-            return self._run_in(directory, namespaces, count_asserts)
-        finally:
-            _remove_tree(directory)
+                                     "network by seccomp (no socket) and Landlock (no TCP) only, every metadata "
+                                     "change is refused, and disk has no total cap (file_mb per file only)")
+        return namespaces
 
-    def _run_in(self, directory: str, namespaces: tuple[str, ...], count_asserts: bool) -> SandboxRun:
+    def _run_in(self, directory: str, namespaces: tuple[str, ...], count_asserts: bool,
+                channels: dict[int, int]) -> SandboxRun:
         limits = self.limits
         config = {"main": MAIN_FILE, "cpu_s": math.ceil(limits.cpu_s), "memory_bytes": limits.memory_mb << 20,
-                  "file_bytes": limits.file_mb << 20, "count_asserts": count_asserts, "strict": self.strict}
+                  "file_bytes": limits.file_mb << 20, "disk_bytes": limits.disk_mb << 20,
+                  "count_asserts": count_asserts, "strict": self.strict, "private_view": bool(namespaces),
+                  "site_packages": self.site_packages, "channels": {str(k): v for k, v in channels.items()}}
         flags = ["-I", "-u", "-X", "utf8"] + ([] if self.site_packages else ["-S"])
         report_read, report_write = os.pipe()
         config["report_fd"] = report_write
@@ -243,20 +278,45 @@ class Sandbox:
         try:
             process = subprocess.Popen(
                 argv, cwd=directory, env={**_FIXED_ENVIRONMENT, "HOME": directory}, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, pass_fds=(report_write,),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                pass_fds=(report_write, *channels.values()),
             )
         except OSError as error:
             os.close(report_read)
             raise SandboxError(f"could not start {self.python}: {error}") from error
         finally:
-            os.close(report_write)
+            _close_all([report_write, *channels.values()])
+            channels.clear()
         streams = _Streams(process, report_read, limits)
         timed_out = streams.collect(started + limits.wall_s)
         exit_code, cpu_s = _reap(process)
-        run = _describe(exit_code, cpu_s, time.perf_counter() - started, timed_out, streams, limits, bool(namespaces))
+        run = _describe(exit_code, cpu_s, time.perf_counter() - started, timed_out, streams, limits, bool(namespaces),
+                        self.strict)
         if run.status == "refused":
             raise SandboxUnavailable(f"strict sandbox: an isolation layer is missing here: {run.isolation}")
         return run
+
+
+def _close_all(descriptors) -> None:
+    for descriptor in list(descriptors):
+        try:
+            os.close(descriptor)
+        except OSError:
+            pass
+
+
+def _counted_asserts(reports: list[dict[str, Any]], lines: set[int]) -> list[dict[str, Any]]:
+    """The records with ``assert_passed`` kept only for asserts the source holds, each once: a program can
+    write such records itself, but cannot report more asserts than it holds."""
+    kept, seen = [], set()
+    for record in reports:
+        if record.get("kind") == "assert_passed":
+            line = record.get("line")
+            if type(line) is not int or line not in lines or line in seen:
+                continue
+            seen.add(line)
+        kept.append(record)
+    return kept
 
 
 class _Streams:
@@ -338,7 +398,7 @@ class _Streams:
         for line in self.chunks["report"].decode("utf-8", errors="replace").splitlines():
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # garbage from the program: dropped, never an error here
                 continue
             if isinstance(record, dict):
                 records.append(record)
@@ -365,18 +425,21 @@ def _reap(process: subprocess.Popen) -> tuple[int, float]:
 
 
 def _describe(exit_code: int, cpu_s: float, wall_s: float, timed_out: bool, streams: _Streams,
-              limits: SandboxLimits, namespaces: bool) -> SandboxRun:
+              limits: SandboxLimits, namespaces: bool, strict: bool) -> SandboxRun:
     reports = streams.reports()
     isolation: dict[str, Any] = {"namespaces": namespaces}
+    # the launcher writes the first record before the program runs; any later one may be the program's
+    if reports and reports[0].get("kind") == "isolation":
+        isolation.update({key: value for key, value in reports.pop(0).items() if key != "kind"})
+    incomplete = not (isolation.get("landlock") and isolation.get("seccomp") and isolation.get("private_view"))
     exception = None
     for record in reports:
-        if record.get("kind") == "isolation":
-            isolation.update({key: value for key, value in record.items() if key != "kind"})
-        elif record.get("kind") == "exception":
+        if record.get("kind") == "exception":
             exception = str(record.get("type"))
-    for layer, missing in (("landlock", "writes outside the run directory are not prevented"),
-                           ("seccomp", "new processes, sockets and signals to other processes are not prevented")):
-        if layer in isolation and not isolation[layer]:
+    for layer, missing in (("landlock", "reads and writes outside the run directory are not prevented"),
+                           ("seccomp", "new processes, sockets and calls on other processes are not prevented"),
+                           ("private_view", "metadata changes are refused everywhere; disk has no total cap")):
+        if namespaces and layer in isolation and not isolation[layer]:
             _warn_once(layer, f"Python sandbox: no {layer} here ({isolation.get(layer + '_error')}): {missing}")
     signal_name = None
     if exit_code < 0:
@@ -384,13 +447,16 @@ def _describe(exit_code: int, cpu_s: float, wall_s: float, timed_out: bool, stre
             signal_name = signal.Signals(-exit_code).name
         except ValueError:
             signal_name = f"signal {-exit_code}"
-    if timed_out:
-        status = "timeout"
-    elif signal_name in ("SIGXCPU", "SIGKILL") and cpu_s >= math.ceil(limits.cpu_s) - 0.05:
+    # SIGXCPU comes only from RLIMIT_CPU (no other process may signal the run); SIGKILL follows it one CPU second
+    # later when the program ignores SIGXCPU. The CPU time read at the kill can fall short of the limit.
+    if signal_name == "SIGXCPU" or (signal_name == "SIGKILL" and cpu_s >= math.ceil(limits.cpu_s) - 0.05):
         status = "cpu_limit"
+    elif timed_out:
+        status = "timeout"
     elif signal_name is not None:
         status = "signal"
-    elif any(record.get("kind") == "refused" for record in reports):
+    elif strict and incomplete and exit_code == sandbox_child.STRICT_REFUSAL_EXIT_CODE and not any(
+            record.get("kind") == "exception" for record in reports) and _refused_before_running(streams):
         status = "refused"
     elif exception == "MemoryError":
         status = "memory"
@@ -402,9 +468,13 @@ def _describe(exit_code: int, cpu_s: float, wall_s: float, timed_out: bool, stre
         status=status, exit_code=exit_code, stdout=streams.text("stdout", limits.output_chars),
         stderr=streams.text("stderr", limits.output_chars), stdout_bytes=streams.totals["stdout"],
         stderr_bytes=streams.totals["stderr"], wall_s=wall_s, cpu_s=cpu_s, limits=limits, exception=exception,
-        signal_name=signal_name, isolation=isolation,
-        reports=[record for record in reports if record.get("kind") != "isolation"],
+        signal_name=signal_name, isolation=isolation, reports=reports,
     )
+
+
+def _refused_before_running(streams: _Streams) -> bool:
+    """The launcher's refusal: the isolation record, then its refusal record, and nothing else."""
+    return [record.get("kind") for record in streams.reports()] == ["isolation", "refused"]
 
 
 def _remove_tree(directory: str) -> None:

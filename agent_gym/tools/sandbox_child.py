@@ -4,20 +4,30 @@
 of the caller's environment is imported) in a fresh temporary directory. Before the untrusted program runs, it
 applies, in order:
 
-1. resource limits: CPU seconds, address space, file size, no core files;
-2. Landlock (Linux >= 5.13): the file system is writable only inside the run's directory (and ``/dev/null``);
-   other processes cannot be traced (``/proc/PID/environ``, ``/proc/PID/mem``); with ABI >= 4 no TCP connect or
-   bind, with ABI >= 6 no signal to a process outside the sandbox;
-3. seccomp (x86_64, aarch64): no new process (``fork``, ``vfork``, ``clone`` of a process; threads are
-   allowed), no socket (``socketpair`` is allowed), no signal but to itself, no ``ptrace``, no ``io_uring``.
+1. resource limits: CPU seconds, address space, file size, open files, no core files, no message queues;
+2. a private view of the file system (where user namespaces work): a new user and mount namespace in which
+   every mount is read-only, metadata included, and the run's directory is a fresh ``tmpfs`` of ``disk_bytes``
+   (a total cap on disk), holding a copy of the files the parent wrote;
+3. Landlock (Linux >= 5.13): reads only beneath the interpreter's standard library (its ``site-packages`` only
+   when the run allows installed packages), the system's shared libraries and the run's directory; writes only
+   in the run's directory (and ``/dev/null``); nothing executed; other processes cannot be traced; with
+   ABI >= 4 no TCP connect or bind, with ABI >= 6 no signal to a process outside the sandbox;
+4. seccomp (x86_64, aarch64): no new process (``fork``, ``vfork``, ``clone`` of a process; threads are
+   allowed), no ``execve``, no socket (``socketpair`` is allowed), no signal but to itself, no ``ptrace``, no
+   ``io_uring``; calls that name a process (``prlimit``, ``setpriority``, ``sched_setaffinity``,
+   ``sched_setscheduler``...) work only on itself; no memory outside the address-space limit (``memfd_create``,
+   SysV shared memory, pipe resizing); no mount or namespace changes; without the private view of step 2, no
+   metadata change anywhere (``chmod``, ``chown``, ``utime``, extended attributes).
 
-It writes one JSON line saying which layers hold to the report pipe (``REPORT_FD``), runs the program as
-``__main__`` and, when the program raises, prints the traceback without this file's frames and reports the
+The first line on the report pipe (``REPORT_FD``) is this launcher's: which layers hold. The parent reads
+isolation from that line only, since everything after it may come from the program. It then runs the program
+as ``__main__`` and, when the program raises, prints the traceback without this file's frames and reports the
 exception's type. Only the standard library is used here: this runs before anything of the program.
 """
 
 import ctypes
 import faulthandler
+import fcntl
 import json
 import os
 import resource
@@ -30,6 +40,7 @@ import types
 
 REPORT_FD = 3
 STRICT_REFUSAL_EXIT_CODE = 97
+_OPEN_FILES = 256
 ASSERT_HOOK = "__agent_gym_assert_passed__"
 
 # ---------------------------------------------------------------------------------------------- Landlock
@@ -37,7 +48,7 @@ ASSERT_HOOK = "__agent_gym_assert_passed__"
 _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 _LANDLOCK_CREATE_RULESET_VERSION = 1
 _LANDLOCK_RULE_PATH_BENEATH = 1
-_FS_WRITE_FILE = 1 << 1
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _FS_REMOVE_DIR, _FS_REMOVE_FILE = 1 << 4, 1 << 5
 _FS_MAKE_ANY = sum(1 << bit for bit in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
 _FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14  # ABI 2, ABI 3
@@ -65,11 +76,13 @@ def _syscall(number, *args):
     return result
 
 
-def apply_landlock(writable_dirs, writable_files):
-    """Allow writes only beneath ``writable_dirs`` and to ``writable_files``; returns the Landlock ABI used."""
+def apply_landlock(writable_dirs, writable_files, readable, listable=()):
+    """Allow writes only beneath ``writable_dirs`` and to ``writable_files``, reads only there and beneath
+    ``readable``, directory listings also in ``listable`` (but not beneath), and no execution; returns the ABI."""
     abi = _syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
                    ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
-    fs_rights = _FS_WRITE_FILE | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_ANY
+    read_rights = _FS_READ_FILE | _FS_READ_DIR
+    fs_rights = _FS_EXECUTE | read_rights | _FS_WRITE_FILE | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_ANY
     fs_rights |= (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
     net_rights = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0  # no rule allows a port: all are denied
     scopes = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0
@@ -77,16 +90,23 @@ def apply_landlock(writable_dirs, writable_files):
     attr = ctypes.create_string_buffer(struct.pack("<QQQ", fs_rights, net_rights, scopes)[:size], size)
     ruleset = _syscall(_SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(size), ctypes.c_uint32(0))
     try:
-        file_rights = _FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0)
-        for paths, rights in ((writable_dirs, fs_rights), (writable_files, file_rights)):
-            for path in paths:
+        file_rights = _FS_READ_FILE | _FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0)
+        rules = [(path, fs_rights & ~_FS_EXECUTE) for path in writable_dirs]
+        rules += [(path, file_rights) for path in writable_files]
+        rules += [(path, read_rights) for path in readable] + [(path, _FS_READ_DIR) for path in listable]
+        for path, rights in rules:
+            try:
                 descriptor = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                try:
-                    rule = ctypes.create_string_buffer(struct.pack("<Qi", rights, descriptor), 12)  # packed struct
-                    _syscall(_SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
-                             rule, ctypes.c_uint32(0))
-                finally:
-                    os.close(descriptor)
+            except OSError:
+                continue  # a library folder this machine lacks
+            try:
+                if not os.path.isdir(path):
+                    rights &= _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE  # file rights only
+                rule = ctypes.create_string_buffer(struct.pack("<Qi", rights, descriptor), 12)  # packed struct
+                _syscall(_SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
+                         rule, ctypes.c_uint32(0))
+            finally:
+                os.close(descriptor)
         _prctl(_PR_SET_NO_NEW_PRIVS, 1)
         _syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
     finally:
@@ -94,33 +114,96 @@ def apply_landlock(writable_dirs, writable_files):
     return abi
 
 
+# What every program may read besides its own directory: the dynamic loader's cache and the system's shared
+# libraries (extension modules link against them), time zones, and the devices Python opens.
+_SYSTEM_READABLE = ("/etc/ld.so.cache", "/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib",
+                    "/etc/localtime", "/usr/share/zoneinfo", "/dev/urandom", "/dev/zero")
+
+
+def readable_paths(site_packages):
+    """(paths readable beneath, folders listable only): the interpreter's import path and the system's
+    libraries. Without ``site_packages``, the standard library's own ``site-packages`` stays unreadable."""
+    readable, listable = list(_SYSTEM_READABLE), []
+    for entry in sys.path:
+        if not entry or not os.path.exists(entry) or os.path.realpath(entry) == os.path.realpath(os.getcwd()):
+            continue
+        if site_packages or not os.path.isdir(os.path.join(entry, "site-packages")):
+            readable.append(entry)
+            continue
+        listable.append(entry)  # the standard library: every entry but site-packages
+        readable += [os.path.join(entry, name) for name in os.listdir(entry) if name != "site-packages"]
+    return readable, listable
+
+
 # ---------------------------------------------------------------------------------------------- seccomp
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-_SYSCALLS = {  # arch/x86/entry/syscalls/syscall_64.tbl and include/uapi/asm-generic/unistd.h
-    "x86_64": {"socket": 41, "clone": 56, "fork": 57, "vfork": 58, "kill": 62, "ptrace": 101,
-               "rt_sigqueueinfo": 129, "tkill": 200, "tgkill": 234, "rt_tgsigqueueinfo": 297,
-               "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_send_signal": 424,
-               "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435},
-    "aarch64": {"socket": 198, "clone": 220, "kill": 129, "ptrace": 117, "rt_sigqueueinfo": 138, "tkill": 130,
-                "tgkill": 131, "rt_tgsigqueueinfo": 240, "process_vm_readv": 270, "process_vm_writev": 271,
-                "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-                "clone3": 435},
+_MACHINES = ("x86_64", "aarch64")
+# arch/x86/entry/syscalls/syscall_64.tbl and include/uapi/asm-generic/unistd.h: (x86_64, aarch64); None where
+# the architecture has no such call (aarch64 has only the *at forms)
+_SYSCALL_NUMBERS = {
+    "socket": (41, 198), "clone": (56, 220), "fork": (57, None), "vfork": (58, None), "kill": (62, 129),
+    "ptrace": (101, 117), "rt_sigqueueinfo": (129, 138), "tkill": (200, 130), "tgkill": (234, 131),
+    "rt_tgsigqueueinfo": (297, 240), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
+    "pidfd_send_signal": (424, 424), "io_uring_setup": (425, 425), "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427), "clone3": (435, 435), "execve": (59, 221), "execveat": (322, 281),
+    # calls that name a process
+    "prlimit64": (302, 261), "sched_setparam": (142, 118), "sched_getparam": (143, 121),
+    "sched_setscheduler": (144, 119), "sched_getscheduler": (145, 120), "sched_rr_get_interval": (148, 127),
+    "sched_setaffinity": (203, 122), "sched_getaffinity": (204, 123), "sched_setattr": (314, 274),
+    "sched_getattr": (315, 275), "migrate_pages": (256, 238), "move_pages": (279, 239),
+    "get_robust_list": (274, 100), "getpgid": (121, 155), "getsid": (124, 156), "setpgid": (109, 154),
+    "setpriority": (141, 140), "getpriority": (140, 141), "ioprio_set": (251, 30), "ioprio_get": (252, 31),
+    "kcmp": (312, 272), "pidfd_open": (434, 434), "pidfd_getfd": (438, 438), "process_madvise": (440, 440),
+    "process_mrelease": (448, 448), "perf_event_open": (298, 241),
+    # memory outside RLIMIT_AS, and state that outlives the process
+    "memfd_create": (319, 279), "memfd_secret": (447, 447), "shmget": (29, 194), "msgget": (68, 186),
+    "semget": (64, 190), "mq_open": (240, 180), "fcntl": (72, 25), "userfaultfd": (323, 282), "bpf": (321, 280),
+    "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219), "syslog": (103, 116),
+    # the file system's shape
+    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "chroot": (161, 51),
+    "unshare": (272, 97), "setns": (308, 268), "mount_setattr": (442, 442), "open_tree": (428, 428),
+    "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432),
+    "fspick": (433, 433),
+    # metadata: refused only where the read-only view of the file system is missing
+    "chmod": (90, None), "fchmod": (91, 52), "fchmodat": (268, 53), "fchmodat2": (452, 452),
+    "chown": (92, None), "fchown": (93, 55), "lchown": (94, None), "fchownat": (260, 54), "utime": (132, None),
+    "utimes": (235, None), "futimesat": (261, None), "utimensat": (280, 88), "setxattr": (188, 5),
+    "lsetxattr": (189, 6), "fsetxattr": (190, 7), "removexattr": (197, 14), "lremovexattr": (198, 15),
+    "fremovexattr": (199, 16), "setxattrat": (463, 463), "removexattrat": (466, 466),
 }
+_METADATA_CALLS = ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime",
+                   "utimes", "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr", "removexattr",
+                   "lremovexattr", "fremovexattr", "setxattrat", "removexattrat")
+_DENIED = ("fork", "vfork", "socket", "tkill", "pidfd_send_signal", "ptrace", "process_vm_readv",
+           "process_vm_writev", "io_uring_setup", "io_uring_enter", "io_uring_register", "execve", "execveat",
+           "kcmp", "pidfd_open", "pidfd_getfd", "process_madvise", "process_mrelease", "perf_event_open",
+           "memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open", "userfaultfd", "bpf",
+           "add_key", "request_key", "keyctl", "syslog", "mount", "umount2", "pivot_root", "chroot", "unshare",
+           "setns", "mount_setattr", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick")
+_ON_ITSELF = ("prlimit64", "sched_setparam", "sched_getparam", "sched_setscheduler", "sched_getscheduler",
+              "sched_rr_get_interval", "sched_setaffinity", "sched_getaffinity", "sched_setattr", "sched_getattr",
+              "migrate_pages", "move_pages", "get_robust_list", "getpgid", "getsid", "setpgid")
 # What each listed syscall gets. clone3 passes its flags in memory that seccomp cannot read, so it answers
-# ENOSYS and the C library falls back to clone, whose flags seccomp can check.
+# ENOSYS and the C library falls back to clone, whose flags seccomp can check. A process is named by its first
+# argument (0 or its own pid: "self_or_zero"); priorities by (which, who) where only PRIO_PROCESS (0), or
+# IOPRIO_WHO_PROCESS (1), of itself is allowed: PRIO_USER would reach every process of the user.
 _RULES = {
-    "fork": "deny", "vfork": "deny", "clone": "threads_only", "clone3": "no_such_call", "socket": "deny",
-    "kill": "self_or_group", "tgkill": "self", "rt_sigqueueinfo": "self", "rt_tgsigqueueinfo": "self",
-    "tkill": "deny", "pidfd_send_signal": "deny", "ptrace": "deny", "process_vm_readv": "deny",
-    "process_vm_writev": "deny", "io_uring_setup": "deny", "io_uring_enter": "deny", "io_uring_register": "deny",
+    **{name: "deny" for name in _DENIED},
+    **{name: "self_or_zero" for name in _ON_ITSELF},
+    "clone": "threads_only", "clone3": "no_such_call", "kill": "self_or_group", "tgkill": "self",
+    "rt_sigqueueinfo": "self", "rt_tgsigqueueinfo": "self", "setpriority": "priority_of_self",
+    "getpriority": "priority_of_self", "ioprio_set": "io_priority_of_self", "ioprio_get": "io_priority_of_self",
+    "fcntl": "no_pipe_resize",
 }
+_F_SETPIPE_SZ = 1031
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
 _CLONE_THREAD = 0x00010000
 _X32_SYSCALL_BIT = 0x40000000
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
-_ARG0_LOW = 16  # offsetof(struct seccomp_data, args[0]); the low 32 bits on a little-endian machine
+_ARG0_LOW, _ARG1_LOW = 16, 24  # offsetof(struct seccomp_data, args[i]); the low 32 bits (little-endian): pid_t
+
 
 
 class _SockFilter(ctypes.Structure):
@@ -156,23 +239,32 @@ def _assemble(program):
     return (_SockFilter * len(instructions))(*instructions)
 
 
-def apply_seccomp():
-    """Install the filter described by ``_RULES``; raises OSError where the machine cannot."""
+def apply_seccomp(metadata=True):
+    """Install the filter described by ``_RULES`` (and, unless ``metadata``, refuse every metadata change);
+    raises OSError where the machine cannot."""
     machine = os.uname().machine.lower()
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
-    if machine not in _SYSCALLS:
+    if machine not in _AUDIT_ARCH:
         raise OSError(f"no seccomp syscall table for {machine}")
-    numbers, own_pid = _SYSCALLS[machine], os.getpid()
+    column, own_pid = _MACHINES.index(machine), os.getpid()
+    rules = dict(_RULES, **({} if metadata else {name: "deny" for name in _METADATA_CALLS}))
     program = [(_LD_W_ABS, 4, None, None), (_JEQ, _AUDIT_ARCH[machine], None, "kill"), (_LD_W_ABS, 0, None, None)]
     if machine == "x86_64":  # x32 system calls are the same calls under other numbers
         program.append((_JGE, _X32_SYSCALL_BIT, "deny", None))
-    for name, action in _RULES.items():
-        if name in numbers:
-            program.append((_JEQ, numbers[name], action, None))
+    for name, action in rules.items():
+        number = _SYSCALL_NUMBERS[name][column]
+        if number is not None:
+            program.append((_JEQ, number, action, None))
     program += [  # BPF jumps only forward: the argument checks first, the verdicts last
         (_RET, _RET_ALLOW, None, None),
         ("label", "threads_only"), (_LD_W_ABS, _ARG0_LOW, None, None), (_JSET, _CLONE_THREAD, "allow", "deny"),
+        ("label", "no_pipe_resize"), (_LD_W_ABS, _ARG1_LOW, None, None), (_JEQ, _F_SETPIPE_SZ, "deny", "allow"),
+        ("label", "priority_of_self"), (_LD_W_ABS, _ARG0_LOW, None, None), (_JEQ, 0, "who_is_self", "deny"),
+        ("label", "io_priority_of_self"), (_LD_W_ABS, _ARG0_LOW, None, None), (_JEQ, 1, "who_is_self", "deny"),
+        ("label", "who_is_self"), (_LD_W_ABS, _ARG1_LOW, None, None), (_JEQ, 0, "allow", None),
+        (_JEQ, own_pid, "allow", "deny"),
         ("label", "self_or_group"), (_LD_W_ABS, _ARG0_LOW, None, None), (_JEQ, 0, "allow", "self"),
+        ("label", "self_or_zero"), (_LD_W_ABS, _ARG0_LOW, None, None), (_JEQ, 0, "allow", "self"),
         ("label", "self"), (_LD_W_ABS, _ARG0_LOW, None, None), (_JEQ, own_pid, "allow", "deny"),
         ("label", "allow"), (_RET, _RET_ALLOW, None, None),
         ("label", "kill"), (_RET, _RET_KILL_PROCESS, None, None),
@@ -183,6 +275,52 @@ def apply_seccomp():
     fprog = _SockFprog(len(filters), ctypes.cast(filters, ctypes.POINTER(_SockFilter)))
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     _prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
+
+
+# ---------------------------------------------------------------------------------------------- private view
+_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_SYS_MOUNT_SETATTR = 442
+_AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
+_MOUNT_ATTR_RDONLY = 0x1
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+
+def _mount_attr(path, attr_set, attr_clr, flags):
+    attr = ctypes.create_string_buffer(struct.pack("<QQQQ", attr_set, attr_clr, 0, 0), 32)
+    _syscall(_SYS_MOUNT_SETATTR, ctypes.c_int(_AT_FDCWD), os.fsencode(path), ctypes.c_uint(flags), attr,
+             ctypes.c_size_t(32))
+
+
+def _write_file(path, text):
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def apply_private_view(disk_bytes):
+    """Enter a new user and mount namespace where every mount is read-only (metadata included) and the run's
+    directory is a fresh tmpfs of ``disk_bytes`` holding a copy of its files."""
+    uid, gid, directory = os.geteuid(), os.getegid(), os.getcwd()
+    files = {}
+    for entry in os.scandir(directory):
+        if entry.is_file(follow_symlinks=False):
+            with open(entry.path, "rb") as handle:
+                files[entry.name] = handle.read()
+    if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"unshare: {os.strerror(error)}")
+    _write_file("/proc/self/setgroups", "deny")
+    _write_file("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write_file("/proc/self/gid_map", f"{gid} {gid} 1")
+    _mount_attr("/", _MOUNT_ATTR_RDONLY, 0, _AT_RECURSIVE)
+    options = f"size={max(disk_bytes, 4096)},mode=0700,uid={uid},gid={gid}".encode()
+    if _libc.mount(b"tmpfs", os.fsencode(directory), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, options) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"mount tmpfs: {os.strerror(error)}")
+    os.chdir(directory)  # the old cwd is the folder under the new mount
+    for name, data in files.items():
+        with open(name, "wb") as handle:
+            handle.write(data)
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -201,23 +339,56 @@ def _apply_limits(config):
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at the soft limit, SIGKILL a second later
     resource.setrlimit(resource.RLIMIT_FSIZE, (config["file_bytes"], config["file_bytes"]))
     resource.setrlimit(resource.RLIMIT_AS, (config["memory_bytes"], config["memory_bytes"]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_OPEN_FILES, _OPEN_FILES))  # bounds pipe and socket buffers
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write raises OSError (EFBIG) instead of killing
 
 
 def _isolate(config):
     layers = {}
+    if config.get("private_view"):
+        try:
+            apply_private_view(config["disk_bytes"])
+            layers["private_view"] = True
+        except (OSError, AttributeError) as error:
+            layers["private_view"] = False
+            layers["private_view_error"] = str(error)
+    else:
+        layers["private_view"] = False
+        layers["private_view_error"] = "no user namespace"
     try:
-        layers["landlock"] = apply_landlock([os.getcwd()], ["/dev/null"])
+        readable, listable = readable_paths(config.get("site_packages"))
+        layers["landlock"] = apply_landlock([os.getcwd()], ["/dev/null"], readable, listable)
     except (OSError, AttributeError) as error:
         layers["landlock"] = 0
         layers["landlock_error"] = str(error)
     try:
-        apply_seccomp()
+        apply_seccomp(metadata=layers["private_view"])
         layers["seccomp"] = True
     except (OSError, AttributeError) as error:
         layers["seccomp"] = False
         layers["seccomp_error"] = str(error)
     return layers
+
+
+def counted_assert_lines(source):
+    """The lines of ``source``'s module-level asserts that count as progress: each calls something and is not a
+    constant. The parent computes them too, so a program cannot report an assert it does not hold."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    return {statement.lineno for statement in tree.body if _counts(statement)}
+
+
+def _counts(statement):
+    import ast
+
+    test = getattr(statement, "test", None)
+    return isinstance(statement, ast.Assert) and not isinstance(test, ast.Constant) and any(
+        isinstance(node, ast.Call) for node in ast.walk(test))
 
 
 def _count_passed_asserts(source, filename):
@@ -229,9 +400,7 @@ def _count_passed_asserts(source, filename):
     body = []
     for statement in tree.body:
         body.append(statement)
-        test = getattr(statement, "test", None)
-        if isinstance(statement, ast.Assert) and not isinstance(test, ast.Constant) and any(
-                isinstance(node, ast.Call) for node in ast.walk(test)):
+        if _counts(statement):
             hook = ast.Expr(ast.Call(ast.Name(ASSERT_HOOK, ast.Load()), [ast.Constant(statement.lineno)], []))
             body.append(ast.copy_location(hook, statement))
     tree.body = body
@@ -250,16 +419,25 @@ def _print_user_traceback(error):
 
 def main():
     config = json.loads(sys.argv[1])
-    if config["report_fd"] != REPORT_FD:  # the program finds its report pipe at a fixed number
-        os.dup2(config["report_fd"], REPORT_FD)
-        os.close(config["report_fd"])
+    # the program finds its report pipe, and any channel the parent gave it, at fixed numbers
+    moves = [(config["report_fd"], REPORT_FD)] + [(source, int(target)) for target, source in
+                                                  config.get("channels", {}).items()]
+    # duplicates above every target first, so that no move overwrites a descriptor still to be moved
+    moved = {source: fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, 100) for source, target in moves if source != target}
+    for source, target in moves:
+        if source in moved:
+            os.dup2(moved[source], target)
+    for source, duplicate in moved.items():
+        os.close(duplicate)
+        if source not in {target for _, target in moves}:
+            os.close(source)
     with open(config["main"], encoding="utf-8") as handle:
         source = handle.read()
     _apply_limits(config)
     faulthandler.enable()  # a C-level crash prints the Python stack before the process dies
     layers = _isolate(config)
     _report({"kind": "isolation", **layers})
-    if config.get("strict") and not (layers["landlock"] and layers["seccomp"]):
+    if config.get("strict") and not (layers["landlock"] and layers["seccomp"] and layers["private_view"]):
         _report({"kind": "refused"})
         sys.stderr.write(f"sandbox refused to run: isolation incomplete: {layers}\n")
         return STRICT_REFUSAL_EXIT_CODE
