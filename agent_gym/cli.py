@@ -173,6 +173,14 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                           help="with --model RUN of a PPO run: sample N turns each turn, play the one its critic "
                                "values most (the value at the turn's last token)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of those N turns")
+    parser.add_argument("--max-new-tokens", type=int, default=256,
+                        help="with --model: token budget of one model turn (fewer: a cheaper eval on a CPU)")
+    parser.add_argument("--max-turns", type=int, default=None,
+                        help="turns per episode: sets the env's max_turns (an episode cut there pays the env's "
+                             "truncation); default: the env's own")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="with --model: torch.set_num_threads (default: agent_gym.trainers.threads's measured "
+                             "default; 0 keeps torch's own)")
     parser.add_argument("--policy-kwarg", action="append", metavar="KEY=VALUE", default=[],
                         help="option of the scripted policies (repeatable), e.g. --policy-kwarg p_multihop=0.5")
     parser.add_argument("--episodes", type=int, default=100,
@@ -181,6 +189,23 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="per-episode JSONL (default: runs/eval-ENV-POLICY.jsonl)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_env_kwargs_arguments(parser)
+
+
+def _eval_identity(args: argparse.Namespace) -> dict[str, Any]:
+    """Every setting of an eval that changes its results, beyond the env and the policy's name."""
+    identity: dict[str, Any] = {"env_kwargs": env_kwargs_from_args(args)}
+    if args.max_turns is not None:
+        identity["env_kwargs"]["max_turns"] = args.max_turns
+    if args.model:
+        model = Path(args.model)
+        identity.update(model=str(model.resolve()) if model.exists() else args.model, best_of=args.best_of,
+                        value_guided=args.value_guided, max_new_tokens=args.max_new_tokens,
+                        temperature=args.temperature)
+    else:
+        identity["policy_kwargs"] = args.policy_kwarg
+    if args.seed:
+        identity["seed"] = args.seed
+    return {key: value for key, value in identity.items() if value not in ({}, [], None)}
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -195,6 +220,11 @@ def run_eval(args: argparse.Namespace) -> int:
         raise UsageError("--best-of and --value-guided need --model")
     if given and given[0] < 1:
         raise UsageError(f"--best-of / --value-guided need N >= 1, got {given[0]}")
+    if args.max_new_tokens < 1 or (args.max_turns is not None and args.max_turns < 1):
+        raise UsageError(f"--max-new-tokens and --max-turns must be at least 1, got {args.max_new_tokens} and "
+                         f"{args.max_turns}")
+    if args.max_turns is not None:
+        env_kwargs["max_turns"] = args.max_turns
     if not args.model:
         options = parse_env_kwarg_pairs(args.policy_kwarg)
         with user_errors(ValueError):
@@ -202,6 +232,9 @@ def run_eval(args: argparse.Namespace) -> int:
     env = make_env(args.env_id, env_kwargs)
     if args.model:
         from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
+        from agent_gym.trainers.threads import set_torch_threads
+
+        set_torch_threads(args.torch_threads)
 
         candidates = given[0] if given else 1
         select = "value" if args.value_guided else "logprob"
@@ -209,17 +242,20 @@ def run_eval(args: argparse.Namespace) -> int:
                                          f" best-of-{candidates}" if args.best_of else "")
         with user_errors(ModelPolicyError, ValueError):
             policy = ModelPolicy.from_pretrained(args.model, candidates=candidates, select=select,
-                                                 temperature=args.temperature, seed=args.seed)
+                                                 temperature=args.temperature, seed=args.seed,
+                                                 max_new_tokens=args.max_new_tokens)
         runs = [(label, policy)]
     task_count = len(getattr(env.unwrapped, "tasks", ()))
     if 0 < task_count < args.episodes:
         print(f"{args.env_id} has {task_count} tasks: running {task_count} episodes, not {args.episodes}",
               file=sys.stderr)
-    settings = " ".join(f"{key}={value}" for key, value in env_kwargs.items())
+    from agent_gym.eval_output import eval_output_path, short_settings
+
+    settings = short_settings(env_kwargs)  # the full settings are in the file's name and records
     rows = []
     try:
         for label, policy in runs:
-            out = Path(args.out or f"runs/eval-{_file_safe(args.env_id)}-{_file_safe(label)}.jsonl")
+            out = Path(args.out) if args.out else eval_output_path(args.env_id, label, _eval_identity(args))
             if args.out and len(runs) > 1:
                 out = out.with_name(f"{out.stem}-{_file_safe(label)}{out.suffix}")
             with user_errors(PolicyError):

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 __all__ = [
+    "DefaultsHelpFormatter",
     "UsageError",
     "add_env_kwargs_arguments",
     "env_kwargs_from_args",
@@ -38,6 +39,19 @@ class UsageError(SystemExit):
 
     def __str__(self) -> str:
         return self.message
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` that shows each option's default, except where there is none to show (required, unset, off)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help_ = action.help or ""
+        # identity checks: a default of 0 is shown (0 == False)
+        unset = action.default is None or action.default is False or action.default is argparse.SUPPRESS
+        shown = not unset and action.default != [] and not action.required
+        if shown and "%(default)" not in help_ and action.option_strings:
+            help_ += " (default: %(default)s)"
+        return help_
 
 
 def one_line(error: BaseException | str) -> str:

@@ -141,6 +141,8 @@ def format_table(rows: Sequence[tuple[str, dict[str, float]]]) -> str:
         for column in columns:
             value = summary.get(column)
             whole = column in ("episodes", "generated_tokens")
-            cells.append("" if value is None else f"{value:.0f}" if whole else f"{value:.3f}")
+            # seconds: significant digits, since a scripted policy's episode takes well under a millisecond
+            digits = ".3g" if column == "seconds" else ".0f" if whole else ".3f"
+            cells.append("" if value is None else f"{value:{digits}}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -206,7 +206,10 @@ def train_sft(
 
 def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `agent-gym sft`."""
-    from agent_gym.cli_args import add_env_kwargs_arguments
+    from agent_gym.cli_args import DefaultsHelpFormatter, add_env_kwargs_arguments
+    from agent_gym.trainers.threads import DEFAULT_TORCH_THREADS
+
+    parser.formatter_class = DefaultsHelpFormatter  # --help shows every default
 
     parser.add_argument("--env", required=True, help="Gymnasium id of the env (e.g. AgentR1-SynthHop-v0)")
     add_env_kwargs_arguments(parser)
@@ -218,14 +221,17 @@ def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-reward", type=float, default=None, help="keep only episodes with reward >= this"
     )
-    parser.add_argument("--epochs", type=int, default=SFTConfig.epochs)
-    parser.add_argument("--lr", type=float, default=SFTConfig.lr)
-    parser.add_argument("--batch-size", type=int, default=SFTConfig.batch_size)
-    parser.add_argument("--max-length", type=int, default=SFTConfig.max_length)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=SFTConfig.epochs, help="passes over the episodes")
+    parser.add_argument("--lr", type=float, default=SFTConfig.lr, help="AdamW learning rate")
+    parser.add_argument("--batch-size", type=int, default=SFTConfig.batch_size, help="episodes per step")
+    parser.add_argument("--max-length", type=int, default=SFTConfig.max_length,
+                        help="tokens kept of each episode")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the policy, the shuffling and the drills")
     parser.add_argument("--policy-kwarg", action="append", metavar="KEY=VALUE", default=[],
                         help="option of the scripted policy (repeatable), e.g. --policy-kwarg p_multihop=0.4")
-    parser.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS,
+                        help="torch.set_num_threads; 0: torch's own, one per core (agent_gym/trainers/threads.py "
+                             "has the measurements behind the default)")
     parser.add_argument("--save-every", type=int, default=0,
                         help="steps between checkpoints in OUT/checkpoints; a rerun resumes from the latest")
     parser.add_argument("--drill-tokens", type=int, default=0,
@@ -235,7 +241,7 @@ def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drill-weight", type=float, default=SFTConfig.drill_weight,
                         help="loss weight of the drills")
     parser.add_argument("--drill-env-kwargs", default=None, metavar="JSON",
-                        help=f"overrides of the env kwargs for drill envs (default: {SFT_DRILL_WORLD})")
+                        help=f"overrides of the env kwargs for drill envs (none: {SFT_DRILL_WORLD})")
     parser.add_argument("--drill-fresh-kwarg", default="world_seed",
                         help="env kwarg given a new value for every step's drills (never-seen names)")
     parser.add_argument("--drill-fresh-start", type=int, default=2_000_000, help="first value of it")
