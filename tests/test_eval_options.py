@@ -57,3 +57,16 @@ def test_sft_help_shows_each_default(capsys: pytest.CaptureFixture[str]) -> None
         section = help_text.split(option, 1)[1].split(" --", 1)[0]
         assert f"(default: {default})" in section, option
     assert "--model MODEL model directory to start from (agent-gym model init) --out" in help_text  # required
+
+
+def test_train_pretrain_sft_and_eval_default_to_the_measured_thread_count() -> None:
+    from agent_gym.cli import _build_parser
+    from agent_gym.trainers.config import TrainConfig
+    from agent_gym.trainers.pretrain import PretrainConfig
+    from agent_gym.trainers.threads import DEFAULT_TORCH_THREADS
+
+    assert DEFAULT_TORCH_THREADS == 1  # measured: see agent_gym/trainers/threads.py
+    assert TrainConfig().torch_threads == PretrainConfig().torch_threads == DEFAULT_TORCH_THREADS
+    sft = _build_parser("sft").parse_args(["--env", "E", "--model", "m", "--out", "o"])
+    assert sft.torch_threads == DEFAULT_TORCH_THREADS
+    assert _build_parser("eval").parse_args(["E"]).torch_threads is None  # None: the default, applied at --model

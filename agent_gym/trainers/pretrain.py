@@ -39,6 +39,7 @@ from agent_gym.trainers.copy_skill import copy_skill
 from agent_gym.trainers.induction import induction_rows, induction_vocab, install_previous_token_head
 from agent_gym.trainers.lm_loss import WeightedRow, weighted_lm_loss
 from agent_gym.trainers.metrics import MetricsLogger
+from agent_gym.trainers.threads import DEFAULT_TORCH_THREADS
 
 __all__ = ["PretrainConfig", "Pretrainer", "add_pretrain_arguments", "run_pretrain"]
 
@@ -110,7 +111,9 @@ class PretrainConfig:
     eval_every: int = field(default=200, metadata=_help("Steps between copy-skill measurements (0: never)."))
     save_every: int = field(default=200, metadata=_help("Steps between checkpoints (0: only at the end)."))
     keep_checkpoints: int = field(default=2, metadata=_help("Checkpoints kept on disk."))
-    torch_threads: int = field(default=0, metadata=_help("torch.set_num_threads; 0 keeps torch's default."))
+    torch_threads: int = field(default=DEFAULT_TORCH_THREADS, metadata=_help(
+        "torch.set_num_threads; 0 keeps torch's default, one per core (agent_gym/trainers/threads.py: the "
+        "measurements behind the default)."))
     seed: int = field(default=0, metadata=_help("Seed of the data stream and of the model's init changes."))
     show_progress: bool = field(default=True, metadata=_help("Show a progress bar."))
 
