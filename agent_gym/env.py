@@ -25,6 +25,7 @@ from agent_gym.rewards import AnswerScores, RewardSpec, get_reward_spec, score_a
 from agent_gym.spaces import UnicodeText
 from agent_gym.tasks import CheckResult, Task, TaskSet
 from agent_gym.tools import Tool, ToolResult, validate_arguments
+from agent_gym.utf8 import valid_utf8, valid_utf8_json
 from agent_gym.validation import require_int
 
 __all__ = ["ToolEnv", "DEFAULT_INSTRUCTION", "step_turns"]
@@ -53,11 +54,7 @@ def _clean_text(text: str) -> str:
     """Make arbitrary input safe to store and serialise: drop NUL, replace lone surrogates."""
     if "\x00" in text:
         text = text.replace("\x00", "")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", errors="replace").decode("utf-8")
-    return text
+    return valid_utf8(text)
 
 
 @dataclass
@@ -347,7 +344,9 @@ class ToolEnv(gym.Env[str, str]):
         shown_results = []
         for call in parsed_calls:
             result = by_call.get(id(call)) or ToolResult.error(call.error or "the call did not run")
-            shown_results.append(_with_text(result, _clip(result.text, self.max_tool_output_chars)))
+            # A tool's text may hold lone surrogates (e.g. undecodable program output): it enters the context.
+            text = valid_utf8(result.text)
+            shown_results.append(_with_text(result, _clip(text, self.max_tool_output_chars)))
         return list(parsed_calls), shown_results
 
     def _end_episode(self, answer: str | None, components: dict[str, float], info: dict[str, Any]) -> None:
@@ -394,7 +393,7 @@ class ToolEnv(gym.Env[str, str]):
             verdict = self.task.checker(answer)
             value = float(verdict)
             if isinstance(verdict, CheckResult):
-                self._check_details = dict(verdict.details)
+                self._check_details = valid_utf8_json(dict(verdict.details))
             return AnswerScores(em=value, f1=value, precision=value, recall=value, sub_em=value)
         return score_answer(answer, self.task.answers, rule=self.reward_spec.answer_rule)
 

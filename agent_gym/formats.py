@@ -26,6 +26,7 @@ from typing import Any
 
 from agent_gym.error import AgentGymError, InvalidValue
 from agent_gym.tools import ToolResult
+from agent_gym.utf8 import valid_utf8_json
 
 __all__ = [
     "ToolCall",
@@ -124,11 +125,17 @@ def _no_constant(token: str) -> Any:
     raise JSONProblem(f"{token} is not a finite number")  # NaN, Infinity, -Infinity: not JSON (RFC 8259)
 
 
+# A JSON escape of a UTF-16 surrogate (\ud800-\udfff): alone, it decodes to a string UTF-8 cannot encode.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def _loads(text: str) -> Any:
     """Strict ``json.loads``: every refusal (bad syntax, too-deep nesting, NaN, 1e400, an integer of more digits
-    than Python converts) raises :class:`JSONProblem`, never a RecursionError or a bare ValueError."""
+    than Python converts) raises :class:`JSONProblem`, never a RecursionError or a bare ValueError. Lone
+    surrogates in its strings become "?" (valid UTF-8, see :mod:`agent_gym.utf8`)."""
     try:
-        return json.loads(text, parse_float=_finite_float, parse_int=_bounded_int, parse_constant=_no_constant)
+        value = json.loads(text, parse_float=_finite_float, parse_int=_bounded_int, parse_constant=_no_constant)
+        return valid_utf8_json(value) if _SURROGATE_ESCAPE.search(text) else value
     except JSONProblem:
         raise
     except json.JSONDecodeError as exc:
