@@ -51,7 +51,7 @@ def test_a_scorer_that_evaluates_answers_runs_them_in_the_sandbox(tmp_path: Path
     assert isinstance(checker, ReasoningGymChecker) and not checker.in_process
     target = tmp_path / "pwned"
     verdict = checker(f"__import__('pathlib').Path({str(target)!r}).write_text('x') or 1")
-    assert verdict.details["scored_in"] == "sandbox" and verdict.score < 1.0
+    assert verdict.details["scored_in"] in ("sandbox", "refused") and verdict.score < 1.0  # never "process"
     assert not target.exists()
     assert checker(task.answers[0]).score == 1.0
 

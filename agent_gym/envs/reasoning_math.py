@@ -11,21 +11,27 @@ that both could draw goes to one of them only (a stable hash of its text decides
 Scoring runs in the env's process only for families that keep reasoning-gym's base ``score_answer`` (a string
 comparison). Families that override it may parse the answer with code that evaluates it (sympy's
 ``parse_expr`` does, in ``countdown`` and ``polynomial_multiplication``), so their answers are scored in the
-sandbox, at about 2 s a score (the import of reasoning-gym).
+sandbox, at about 2 s a score (the import of reasoning-gym). The answer reaches that scorer only as data, so no
+code of the agent's runs in the process that reports the score: where the scorer parses it with sympy, the
+env's process first checks it is a plain math expression (:mod:`agent_gym.envs.answer_gate`) and scores anything
+else 0; where the scorer calls ``eval`` on it, that ``eval`` reads literals only.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import json
 import math
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agent_gym.env import ToolEnv
+from agent_gym.envs import answer_gate
 from agent_gym.error import InvalidValue
 from agent_gym.tasks import CheckResult, Hop, Task, TaskSet, in_test_split
 from agent_gym.tools.calculator import calculate
@@ -68,13 +74,28 @@ def _scores_in_process(family: str) -> bool:
     return DATASETS[family][0].score_answer is ProceduralDataset.score_answer
 
 
+@functools.cache
+def _parses_with_sympy(family: str) -> bool:
+    """Whether the family's scorer runs sympy's parser (``eval`` inside) on the answer; True where its source
+    cannot be read."""
+    from reasoning_gym.factory import DATASETS
+
+    try:
+        source = inspect.getsource(DATASETS[family][0].score_answer)
+    except (OSError, TypeError):
+        return True
+    return re.search(r"\b(parse_expr|sympify|simplify|S)\(", source) is not None
+
+
+# The scorer's own `eval` (some families call it on the answer) reads literals only: an answer is data there.
 _SCORER = r'''
-import json, os
+import ast, json, os, sys
 import reasoning_gym
 
 spec = json.loads({spec!r})
 dataset = reasoning_gym.create_dataset(spec["family"], **spec["config"])
 entry = dataset[spec["index"]]
+sys.modules[type(dataset).__module__].eval = ast.literal_eval
 try:
     score, error = float(dataset.score_answer(spec["answer"], entry)), None
 except Exception as caught:
@@ -88,7 +109,8 @@ class ReasoningGymChecker:
     """``checker(answer) -> CheckResult``: reasoning-gym's ``score_answer`` of the family for entry ``index``.
 
     Holds only the dataset's recipe (family, config, index), so it pickles; the entry is regenerated where it is
-    scored. A ``score_answer`` that raises on a malformed answer scores 0.
+    scored. A ``score_answer`` that raises on a malformed answer scores 0, and so does an answer that a scorer
+    which evaluates it would run as code (``details["scored_in"] == "refused"``).
     """
 
     family: str
@@ -104,6 +126,9 @@ class ReasoningGymChecker:
             except Exception as caught:  # noqa: BLE001 - reasoning-gym raises on answers it cannot parse
                 score, error = 0.0, f"{type(caught).__name__}: {caught}"[:300]
             return _verdict(score, error, "process")
+        refusal = answer_gate.refusal(answer) if _parses_with_sympy(self.family) else None
+        if refusal:
+            return _verdict(0.0, refusal, "refused")
         nonce = secrets.token_hex(16)
         spec = {"family": self.family, "config": json.loads(self.config_json), "index": self.index,
                 "answer": answer}
