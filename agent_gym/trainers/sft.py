@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from agent_gym.trainers.chat_template import encode_text, render_delta, render_prompt
+from agent_gym.trainers.chat_template import encode_plain_text, render_delta, render_prompt
 from agent_gym.trainers.model_init import ModelInitError, load_model_and_tokenizer
 
 
@@ -97,7 +97,8 @@ def tokenize_episode(
     end_of_turn = tokenizer.eos_token
     index = first_assistant
     while index < len(messages):
-        turn = encode_text(tokenizer, str(messages[index].get("content") or "")) + [tokenizer.eos_token_id]
+        # Plain text: a turn's "<|im_end|>" is not the end of the turn (only the template's markers are).
+        turn = encode_plain_text(tokenizer, str(messages[index].get("content") or "")) + [tokenizer.eos_token_id]
         input_ids += turn
         loss_mask += [1] * len(turn)
         following = index + 1
