@@ -51,6 +51,9 @@ HUMANEVAL_FORGERIES = {
         "    for arg, want in re.findall(r'candidate\\(([0-9.]+)\\)\\)? *(?:==|-) *([0-9.]+)', text):\n"
         "        cases[float(arg)] = float(want)\n"
         "def truncate_number(number):\n    return cases.get(number, 0.0)\n"),
+    "answer the test process's calls ahead of time on the answers pipe": (
+        "import os\nos.write(5, b'{\"ready\": true}\\n' + b'{\"value\": {\"float\": \"0.5\"}}\\n' * 3)\n" + WRONG),
+    "garbage on the answers pipe": "import os\nos.write(5, b'[' * 100000 + b'\\n')\n" + WRONG,
     "a returned object that compares equal to anything": (
         "def truncate_number(number):\n    class Anything(float):\n        def __eq__(self, other):\n"
         "            return True\n        __lt__ = __le__ = __gt__ = __ge__ = __eq__\n"

@@ -13,12 +13,16 @@ _NATIVE = (bool, int, str)
 _SEQUENCES = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
 
 
-class NotBuiltin(TypeError):
+class _NotBuiltin(TypeError):
     """A value that is not a built-in one."""
 
 
+class _Garbled(ValueError):
+    """Data that :func:`encode` does not write (private: these scripts run in the sandbox, apart from agent-gym)."""
+
+
 def encode(value, objects=False, depth=0):
-    """``value`` as JSON-ready data; raises :class:`NotBuiltin` for anything but built-in values."""
+    """``value`` as JSON-ready data; raises ``_NotBuiltin`` (a TypeError) for anything but built-in values."""
     kind = type(value)
     if value is None or kind in _NATIVE:
         return value
@@ -29,7 +33,7 @@ def encode(value, objects=False, depth=0):
     if kind is bytes:
         return {"bytes": value.hex()}
     if depth >= MAX_DEPTH:
-        raise NotBuiltin(f"a value nested more than {MAX_DEPTH} deep (or holding itself)")
+        raise _NotBuiltin(f"a value nested more than {MAX_DEPTH} deep (or holding itself)")
     if kind.__name__ in _SEQUENCES and _SEQUENCES[kind.__name__] is kind:
         return {kind.__name__: [encode(item, objects, depth + 1) for item in value]}
     if kind is dict:
@@ -37,7 +41,7 @@ def encode(value, objects=False, depth=0):
                          for key, item in value.items()]}
     if objects and kind.__module__ == "__tests__" and isinstance(getattr(value, "__dict__", None), dict):
         return {"object": [kind.__name__, encode(dict(vars(value)), objects, depth + 1)]}
-    raise NotBuiltin(f"got a {kind.__name__}; the tests accept built-in values only")
+    raise _NotBuiltin(f"got a {kind.__name__}; the tests accept built-in values only")
 
 
 def decode(data, classes=None, depth=0):
@@ -46,7 +50,7 @@ def decode(data, classes=None, depth=0):
     if data is None or type(data) in _NATIVE:
         return data
     if type(data) is not dict or len(data) != 1 or depth >= MAX_DEPTH:
-        raise ValueError("not an encoded value")
+        raise _Garbled("not an encoded value")
     ((tag, payload),) = data.items()
     try:
         if tag == "float" and type(payload) is str:
@@ -65,5 +69,5 @@ def decode(data, classes=None, depth=0):
             instance.__dict__.update(attributes)
             return instance
     except (TypeError, ValueError, IndexError, AttributeError) as error:
-        raise ValueError(f"not an encoded value: {error}") from None
-    raise ValueError(f"not an encoded value: {tag!r}")
+        raise _Garbled(f"not an encoded value: {error}") from None
+    raise _Garbled(f"not an encoded value: {tag!r}")

@@ -25,7 +25,7 @@ def _text(message):
     return str(message)[:300].encode("utf-8", "replace").decode("utf-8")
 
 
-class SolutionError(Exception):
+class _SolutionError(Exception):
     """The solution raised, returned a value that is not built-in, or its process is gone."""
 
 
@@ -39,36 +39,36 @@ class Solution:
 
     def receive(self):
         if self.broken:
-            raise SolutionError(self.broken)
+            raise _SolutionError(self.broken)
         line = self.answers.readline(MAX_ANSWER_BYTES)
         if not line.endswith(b"\n"):
             self.broken = "the solution's process ended" if not line else "the solution's answer is too large"
-            raise SolutionError(self.broken)
+            raise _SolutionError(self.broken)
         try:
             message = json.loads(line)
-            if type(message) is not dict:
-                raise ValueError("not an object")
-        except (ValueError, RecursionError) as error:
-            self.broken = f"the solution's process answered garbage ({type(error).__name__})"
-            raise SolutionError(self.broken) from None
+        except (ValueError, RecursionError):
+            message = None
+        if type(message) is not dict:
+            self.broken = "the solution's process answered garbage"
+            raise _SolutionError(self.broken)
         return message
 
     def call(self, args, kwargs):
         if self.broken:
-            raise SolutionError(self.broken)
+            raise _SolutionError(self.broken)
         request = {"args": codec.encode(list(args), objects=True), "kwargs": codec.encode(kwargs, objects=True)}
         try:
             self.calls.write((json.dumps(request) + "\n").encode())
         except OSError:
             self.broken = "the solution's process ended"
-            raise SolutionError(self.broken) from None
+            raise _SolutionError(self.broken) from None
         message = self.receive()
         if "error" in message:
-            raise SolutionError(_text(message["error"]))
+            raise _SolutionError(_text(message["error"]))
         try:
             return codec.decode(message.get("value"))
         except (ValueError, RecursionError) as error:
-            raise SolutionError(_text(error)) from None
+            raise _SolutionError(_text(error)) from None
 
 
 def main():
@@ -78,7 +78,7 @@ def main():
     solution = Solution()
     try:
         ready = solution.receive()
-    except SolutionError as error:
+    except _SolutionError as error:
         ready = {"error": str(error)}
     if ready.get("ready") is not True:
         _emit({"kind": "solution_error", "error": _text(ready.get("error", "the solution did not load"))})
