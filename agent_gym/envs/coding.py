@@ -9,7 +9,9 @@ With ``reward="dense"`` a ``run_python`` call also earns a process reward when m
 asserts pass than in any earlier call of the episode: 0.1 for each module-level ``assert`` that calls
 something (``assert add(2, 3) == 5``; not ``assert True``) and passes, beyond the episode's best count so far,
 at most 0.3 per episode (the ``dense`` spec's cap, below the outcome's 1.0). Asserts are counted up to the
-first failing one, as Python runs them.
+first failing one, as Python runs them, and only asserts the program holds count, each once (the parent parses
+the program; records the program writes itself add nothing). The asserts are the agent's own code, so this is a
+shaping term only; the outcome is decided outside the agent's process.
 """
 
 from __future__ import annotations
