@@ -1,21 +1,28 @@
 """``agent-gym index serve --replicas N``: N search servers of one index on consecutive ports, kept alive.
 
 Each replica is a whole ``agent-gym index serve`` process (with its own ``--workers``) on ``port + i``; the
-supervisor starts them, restarts one that exits (after ``restart_delay`` seconds, so an index that cannot load
-does not spin), and stops them all on Ctrl-C or SIGTERM. The client spreads the load and fails over:
+supervisor starts them, restarts one that exits (after ``restart_delay`` seconds), and stops them all on Ctrl-C
+or SIGTERM, or when a replica reports that the index cannot be loaded (exit status ``STARTUP_FAILURE``: every
+restart would fail the same way). A replica never outlives its supervisor, even one killed with SIGKILL: on Linux
+the kernel sends it SIGTERM when the supervisor dies (``PR_SET_PDEATHSIG``), and every replica also watches its
+parent (``server.SUPERVISOR_PID_ENV``). The client spreads the load and fails over:
 ``RemoteRetriever("http://HOST:PORT,http://HOST:PORT+1,...")`` (the URL list the supervisor prints). Replicas
 on several machines need no supervisor here: run ``agent-gym index serve`` on each and list their URLs.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from agent_gym.retrieval_index.server import STARTUP_FAILURE, SUPERVISOR_PID_ENV, IndexLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +65,9 @@ class ReplicaSupervisor:
             self._spawn(child)
 
     def _spawn(self, child: _Child) -> None:
-        child.process = subprocess.Popen(list(self.command_for_port(child.port)))
+        env = {**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())}
+        child.process = subprocess.Popen(list(self.command_for_port(child.port)), env=env,
+                                         preexec_fn=_die_with_parent(os.getpid()))
         child.down_since = None
 
     def poll(self) -> list[int]:
@@ -68,6 +77,8 @@ class ReplicaSupervisor:
         for child in self.children:
             if child.process is None or child.process.poll() is None:
                 continue
+            if child.process.returncode == STARTUP_FAILURE:
+                raise IndexLoadError(f"the replica on port {child.port} cannot load the index (its error is above)")
             if child.down_since is None:
                 child.down_since = now
                 logger.warning("search replica on port %d exited with status %s; restarting it in %g s",
@@ -94,7 +105,8 @@ class ReplicaSupervisor:
                 child.process.wait()
 
     def run(self, poll_interval: float = 0.5) -> None:
-        """Start the replicas and keep them alive until Ctrl-C or SIGTERM."""
+        """Start the replicas and keep them alive until Ctrl-C or SIGTERM; raise :class:`IndexLoadError` (after
+        stopping them all) when one cannot load the index."""
 
         def _terminate(signum: int, frame: object) -> None:
             raise KeyboardInterrupt
@@ -110,6 +122,23 @@ class ReplicaSupervisor:
         finally:
             self.stop()
             signal.signal(signal.SIGTERM, previous)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel SIGTERM the child when ``parent`` dies (Linux; None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the forked child only calls it
+
+    def tie() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before the tie took hold
+            os._exit(1)
+
+    return tie
 
 
 def serve_command(index: str, host: str, port: int, options: Sequence[str]) -> list[str]:

@@ -14,7 +14,12 @@ Endpoints:
   and a first search has run (``documents`` from the index's manifest); 503 while loading or after a failed load.
 
 A request body larger than any valid request is refused with 413 as soon as it passes the limit, with or
-without ``Content-Length``.
+without ``Content-Length``. Every error is ``{"error": message}`` (422 for a malformed body, JSON sent with any
+Content-Type is read as JSON). Slow clients are cut: a request head must arrive within 30 s of connecting (or of
+the last response, ``http_deadline.py``), a body within 30 s of its head (408).
+
+In the foreground (``serve``, ``agent-gym index serve``) an index that fails to load ends the server with the
+reason and a non-zero status; an app from ``create_app`` keeps answering 503 and reports it on ``/health``.
 
 Design choices measured in ``shared/notes/retrieval.md``: batch queries per request (1 query/request tops
 out near 2-3k q/s on loopback, 16/request reaches 7-10k); worker processes over a memory-mapped index rather
@@ -27,18 +32,23 @@ per request with 2 h11 workers), hence :func:`bind_socket`. httpx's client sets 
 # No `from __future__ import annotations`: FastAPI must resolve the request models, which are defined inside
 # create_app (so importing this module for the CLI does not need fastapi).
 import argparse
+import asyncio
 import ipaddress
 import json
 import logging
 import math
 import os
+import signal
 import socket
+import sys
 import threading
+import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from agent_gym.error import AgentGymError
 from agent_gym.retrieval_index.base import Hit, Retriever
 
 logger = logging.getLogger(__name__)
@@ -55,6 +65,13 @@ DEFAULT_MAX_QUERY_CHARS = 2048
 DEFAULT_K = 5  # Agent-R1 retrieves the top 5 passages per search
 DEFAULT_MAX_K = 100
 WARMUP_QUERY = "warm up the index"
+REQUEST_TIMEOUT_S = 30.0  # the longest a request head, or a request body, may take to arrive
+STARTUP_FAILURE = 3  # uvicorn's exit status for a worker that failed to start: its supervisor then stops
+SUPERVISOR_PID_ENV = "AGENT_GYM_SUPERVISOR_PID"  # set by `--replicas`: a replica stops when that process is gone
+
+
+class IndexLoadError(AgentGymError, RuntimeError):
+    """The server's retriever could not be loaded (raised by ``serve`` once the server has stopped)."""
 
 
 class _HTTPProblem(Exception):
@@ -91,6 +108,27 @@ def _error(status: int, message: str) -> Any:
     return _json({"error": message, "detail": message}, status)
 
 
+def _decode_body(raw: bytes, packed: bool, content_type: str) -> Any:
+    """A request body as a Python value; every malformed body is a 422 that says what is wrong."""
+    kind = "msgpack" if packed else "JSON"
+    try:
+        return _unpack(raw) if packed else json.loads(raw)
+    except RecursionError:  # json and msgspec both recurse per nesting level
+        raise _HTTPProblem(422, f"invalid request: the {kind} body is nested too deeply") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, msgspec's DecodeError
+        hint = "" if packed or "json" in content_type else "; send a JSON body with Content-Type: application/json"
+        raise _HTTPProblem(422, f"invalid request: the body is not {kind} ({error}){hint}") from None
+
+
+def _validation_problems(error: Any) -> str:
+    """A pydantic ValidationError's problems, one ``where: what`` each."""
+    problems = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item.get("loc", ()) if part != "body") or "body"
+        problems.append(f"{where}: {item.get('msg', 'invalid')}")
+    return "; ".join(problems)
+
+
 class _BodySizeLimit:
     """Pure-ASGI guard: answer 413 to any body over the limit, without reading more of it than the limit.
 
@@ -100,9 +138,10 @@ class _BodySizeLimit:
     the limit is handed to the app from memory.
     """
 
-    def __init__(self, app: Any, max_body_bytes: int) -> None:
+    def __init__(self, app: Any, max_body_bytes: int, body_timeout: float = REQUEST_TIMEOUT_S) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -114,17 +153,22 @@ class _BodySizeLimit:
                 return
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.max_body_bytes:
-                await self._refuse(send, "request body")
-                return
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.body_timeout):  # a body trickled in forever holds a connection
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":  # the client went away
+                        return
+                    chunks.append(message.get("body", b""))
+                    size += len(chunks[-1])
+                    if size > self.max_body_bytes:
+                        await self._refuse(send, "request body")
+                        return
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await _send_error(send, 408, f"the request body did not arrive within {self.body_timeout:g} s")
+            return
         body = b"".join(chunks)
         replayed = False
 
@@ -139,18 +183,24 @@ class _BodySizeLimit:
 
     async def _refuse(self, send: Any, what: str) -> None:
         message = f"{what} exceeds the limit of {self.max_body_bytes} bytes; send fewer or shorter queries"
-        body = json.dumps({"error": message, "detail": message}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _send_error(send, 413, message)
+
+
+async def _send_error(send: Any, status: int, message: str) -> None:
+    """Answer ``{"error": message}`` from ASGI middleware, closing the connection (its body is left unread)."""
+    body = json.dumps({"error": message, "detail": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class _RetrieverHolder:
     """Loads the retriever in a background thread so /health can answer 503 while it loads."""
 
-    def __init__(self, factory: Callable[[], Retriever]) -> None:
+    def __init__(self, factory: Callable[[], Retriever], on_failure: Callable[[str], None] | None = None) -> None:
         self._factory = factory
+        self._on_failure = on_failure
         self.retriever: Retriever | None = None
         self.error: str | None = None
         self._closed = False
@@ -167,6 +217,8 @@ class _RetrieverHolder:
         except Exception as exc:  # noqa: BLE001 - reported through /health, the server keeps answering
             self.error = f"{type(exc).__name__}: {exc}"
             logger.error("search server: loading the retriever failed: %s", self.error)
+            if self._on_failure is not None:
+                self._on_failure(self.error)
             return
         if self._closed:  # the server stopped while the index was loading
             retriever.close()
@@ -220,17 +272,22 @@ def create_app(
     default_k: int = DEFAULT_K,
     max_k: int = DEFAULT_MAX_K,
     documents: int | None = None,
+    body_timeout: float = REQUEST_TIMEOUT_S,
+    on_load_failure: Callable[[str], None] | None = None,
 ) -> Any:
     """Build the ASGI app (FastAPI) serving the retriever that ``retriever_factory`` returns.
 
     The factory runs in a background thread at startup (then one warm-up search), so the server accepts
     connections at once and ``/health`` answers 503 until it is ready. The app owns the retriever and
     closes it at shutdown. ``documents`` is the count ``/health`` reports (an index directory's manifest
-    knows it); by default the retriever's own ``num_documents``.
+    knows it); by default the retriever's own ``num_documents``. ``body_timeout``: seconds a request body may
+    take to arrive (then 408). ``on_load_failure(reason)`` runs when the factory or the warm-up search fails.
     """
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
+    from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
 
     _check_limits(max_queries, max_query_chars, default_k, max_k)
 
@@ -251,7 +308,7 @@ def create_app(
                                         '(SkyRL-Gym), not both or neither')
             return self.queries if self.queries is not None else [self.query]
 
-    holder = _RetrieverHolder(retriever_factory)
+    holder = _RetrieverHolder(retriever_factory, on_load_failure)
     limits = {"max_queries": max_queries, "max_query_chars": max_query_chars, "default_k": default_k,
               "max_k": max_k}
 
@@ -266,13 +323,15 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> Any:
-        problems = []
-        for err in exc.errors():
-            where = ".".join(str(part) for part in err.get("loc", ()) if part != "body") or "body"
-            problems.append(f"{where}: {err.get('msg', 'invalid')}")
         expected = ('{"queries": [str, ...], "k": int}' if request.url.path == "/search"
                     else '{"queries": [str, ...] or "query": str, "topk": int, "return_scores": bool}')
-        return _error(422, f"invalid request ({'; '.join(problems)}); expected JSON {expected}")
+        return _error(422, f"invalid request ({_validation_problems(exc)}); expected JSON {expected}")
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Any:  # 404, 405: the same error shape
+        response = _error(exc.status_code, str(exc.detail))
+        response.headers.update(exc.headers or {})
+        return response
 
     def check_and_search(queries: list[str], k: int | None) -> list[list[Hit]]:
         k = default_k if k is None else k
@@ -302,31 +361,33 @@ def create_app(
         return _error(exc.status, exc.message)
 
     @app.post("/search")
-    def search(request: SearchRequest) -> Any:
-        results = check_and_search(request.queries, request.k)
+    async def search(request: Request) -> Any:
+        # Read by hand, not as a FastAPI body parameter: FastAPI answers a body it cannot parse (too deep, not
+        # UTF-8) with 400 {"detail"}, and one without a JSON Content-Type (curl's default) with a puzzling 422.
+        data = _decode_body(await request.body(), False, request.headers.get("content-type", ""))
+        try:
+            body = SearchRequest.model_validate(data)
+        except ValidationError as error:
+            raise _HTTPProblem(422, f"invalid request ({_validation_problems(error)}); expected JSON "
+                                    '{"queries": [str, ...], "k": int}') from None
+        results = await run_in_threadpool(check_and_search, body.queries, body.k)
         return _json({"results": [[{"id": hit.id, "title": hit.title, "text": hit.text,
                                     "score": _finite(hit.score)} for hit in hits] for hits in results]})
 
     @app.post("/retrieve")
     async def retrieve(request: Request) -> Any:
-        from pydantic import ValidationError
-        from starlette.concurrency import run_in_threadpool
-
         raw = await request.body()
+        content_type = request.headers.get("content-type", "")
         # GEM's search tool posts msgpack with no content type; JSON bodies start with "{" (or whitespace)
-        packed = "msgpack" in request.headers.get("content-type", "") or raw[:1] not in (b"", b"{", b"[", b" ",
-                                                                                           b"\n", b"\r", b"\t")
+        packed = "msgpack" in content_type or raw[:1] not in (b"", b"{", b"[", b" ", b"\n", b"\r", b"\t")
+        data = _decode_body(raw or b"null", packed, content_type)
         try:
-            data = _unpack(raw) if packed else json.loads(raw or b"null")
             body = RetrieveRequest.model_validate(data)
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in error.errors())
-            raise _HTTPProblem(422, f"invalid request ({problems}); expected {'msgpack' if packed else 'JSON'} "
+            raise _HTTPProblem(422, f"invalid request ({_validation_problems(error)}); expected "
+                                    f"{'msgpack' if packed else 'JSON'} "
                                     '{"queries": [str, ...] or "query": str, "topk": int, "return_scores": bool}'
                                ) from error
-        except ValueError as error:
-            raise _HTTPProblem(422, f"invalid request: the body is not {'msgpack' if packed else 'JSON'} "
-                                    f"({error})") from error
         # Search-R1 falls back to its default top-k when topk is missing or 0.
         results = await run_in_threadpool(check_and_search, body.batch(), body.topk or None)
         payload = []
@@ -357,7 +418,8 @@ def create_app(
                       "pid": os.getpid(), **limits})
 
     # Valid bodies are bounded by max_queries * max_query_chars; JSON escapes cost up to 6 bytes a character.
-    return _BodySizeLimit(app, max_body_bytes=max_queries * (6 * max_query_chars + 8) + 65536)
+    return _BodySizeLimit(app, max_body_bytes=max_queries * (6 * max_query_chars + 8) + 65536,
+                          body_timeout=body_timeout)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -411,7 +473,46 @@ def app_from_env() -> Any:
               if key in options}
     index_dir = os.environ.get(INDEX_DIR_ENV)
     documents = _manifest_document_count(index_dir) if index_dir else None
-    return create_app(_factory_from_env(), documents=documents, **limits)
+    on_failure = _stop_serving if options.get("exit_on_load_failure") else None
+    return create_app(_factory_from_env(), documents=documents, on_load_failure=on_failure, **limits)
+
+
+class _Foreground:
+    """The uvicorn server ``run_uvicorn`` runs in this process (none in uvicorn's worker processes)."""
+
+    server: Any = None
+    load_error: str | None = None
+
+
+def _stop_serving(reason: str) -> None:
+    """A foreground server's index failed to load: stop serving, so the failure is seen (not 503s forever)."""
+    server = _Foreground.server
+    if server is None:  # a worker of uvicorn's supervisor: this status makes the supervisor stop every worker
+        print(f"agent-gym index serve: error: cannot load the index: {reason}", file=sys.stderr, flush=True)
+        os._exit(STARTUP_FAILURE)
+    _Foreground.load_error = reason
+    server.should_exit = True
+
+
+def _watch_supervisor() -> None:
+    """Stop this replica when its ``--replicas`` supervisor is gone (Linux also ties them by PR_SET_PDEATHSIG;
+    this watch covers other systems)."""
+    supervisor = os.environ.get(SUPERVISOR_PID_ENV, "")
+    if not supervisor.isdigit():
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(supervisor):
+            time.sleep(1.0)
+        logger.warning("search replica: its supervisor (pid %s) is gone; stopping", supervisor)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+
+
+def _url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
 def _is_loopback(host: str) -> bool:
@@ -436,7 +537,8 @@ def serve(
     cache_entries: int = 0,
     log_level: str = "info",
 ) -> None:
-    """Run the search server until interrupted.
+    """Run the search server until interrupted; raise :class:`IndexLoadError` once it stops when the index
+    could not be loaded. Prints the URL it listens on.
 
     ``index_dir_or_factory`` is an index directory (opened with ``build.open_index`` in each worker), a
     ``"module:function"`` string naming a retriever factory, or a factory callable (one worker only: uvicorn
@@ -447,7 +549,7 @@ def serve(
         raise ValueError(f"workers must be >= 1, got {workers}")
     _check_limits(max_queries, max_query_chars, default_k, max_k)
     options = {"max_queries": max_queries, "max_query_chars": max_query_chars, "default_k": default_k,
-               "max_k": max_k, "cache_entries": cache_entries}
+               "max_k": max_k, "cache_entries": cache_entries, "exit_on_load_failure": True}
 
     if callable(index_dir_or_factory):
         if workers != 1:
@@ -459,7 +561,7 @@ def serve(
 
             factory = lambda: CachedRetriever(index_dir_or_factory(), max_entries=cache_entries)  # noqa: E731
         app: Any = create_app(factory, max_queries=max_queries, max_query_chars=max_query_chars,
-                              default_k=default_k, max_k=max_k)
+                              default_k=default_k, max_k=max_k, on_load_failure=_stop_serving)
     else:
         target = str(index_dir_or_factory)
         os.environ.pop(INDEX_DIR_ENV, None)
@@ -476,7 +578,11 @@ def serve(
     if not _is_loopback(host):
         logger.warning("search server listens on %s: reachable from other machines, with no authentication",
                        host)
-    run_uvicorn(app, bind_socket(host, port), workers=workers, log_level=log_level)
+    sock = bind_socket(host, port)
+    url = _url(host, sock.getsockname()[1])
+    print(f"search server: {url} (GET {url}/health answers 200 once the index is loaded)", flush=True)
+    _watch_supervisor()
+    run_uvicorn(app, sock, workers=workers, log_level=log_level)
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 8000) -> socket.socket:
@@ -502,29 +608,56 @@ def bind_socket(host: str = "127.0.0.1", port: int = 8000) -> socket.socket:
     return sock
 
 
+def uvicorn_config(
+    app: Any, *, workers: int = 1, log_level: str = "info", timeout_keep_alive: float = REQUEST_TIMEOUT_S
+) -> Any:
+    """The uvicorn settings of the search server (``app``: an ASGI app, or an import string of an app factory).
+
+    ``timeout_keep_alive`` also bounds how long a request head may take to arrive (``http_deadline.py``).
+    """
+    import uvicorn
+
+    from agent_gym.retrieval_index.http_deadline import DEADLINE_PROTOCOL
+
+    # access_log off: a log line per request costs more than a BM25 search. backlog 2048: the default of
+    # 5 reset connections at 32 clients (shared/notes/retrieval.md).
+    return uvicorn.Config(app, factory=isinstance(app, str), workers=workers, backlog=2048, http=DEADLINE_PROTOCOL,
+                          log_level=log_level, access_log=False, timeout_keep_alive=timeout_keep_alive)
+
+
 def run_uvicorn(app: Any, sock: socket.socket, *, workers: int = 1, log_level: str = "info") -> None:
-    """Serve ``app`` (an ASGI app, or an import string of an app factory) on ``sock`` until interrupted."""
+    """Serve ``app`` (an ASGI app, or an import string of an app factory) on ``sock`` until interrupted.
+
+    Raises :class:`IndexLoadError` when the server stopped because its index could not be loaded.
+    """
     import inspect
 
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
-    # access_log off: a log line per request costs more than a BM25 search. backlog 2048: the default of
-    # 5 reset connections at 32 clients (shared/notes/retrieval.md).
-    config = uvicorn.Config(app, factory=isinstance(app, str), workers=workers, backlog=2048,
-                            log_level=log_level, access_log=False, timeout_keep_alive=30)
+    config = uvicorn_config(app, workers=workers, log_level=log_level)
     server = uvicorn.Server(config)
+    supervisor = None
+    _Foreground.server, _Foreground.load_error = (server if workers == 1 else None), None
     try:
         if workers == 1:
             server.run(sockets=[sock])
         elif "target" in inspect.signature(Multiprocess).parameters:  # older uvicorn
-            Multiprocess(config, target=server.run, sockets=[sock]).run()
+            supervisor = Multiprocess(config, target=server.run, sockets=[sock])
+            supervisor.run()
         else:
-            Multiprocess(config, sockets=[sock]).run()
+            supervisor = Multiprocess(config, sockets=[sock])
+            supervisor.run()
     except KeyboardInterrupt:
         pass
     finally:
+        _Foreground.server = None
         sock.close()
+    if _Foreground.load_error is not None:
+        raise IndexLoadError(f"cannot load the index: {_Foreground.load_error}")
+    failed = [process for process in getattr(supervisor, "processes", ()) if process.exitcode == STARTUP_FAILURE]
+    if failed:
+        raise IndexLoadError("cannot load the index: a worker failed to start (its error is above)")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -575,6 +708,9 @@ def run_index_serve(namespace: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"agent-gym index serve: error: {exc}")
         return 2
+    except IndexLoadError as exc:
+        print(f"agent-gym index serve: error: {exc}", file=sys.stderr)
+        return STARTUP_FAILURE  # a `--replicas` supervisor stops on this status instead of restarting
     return 0
 
 
@@ -597,9 +733,13 @@ def _run_replicas(namespace: argparse.Namespace) -> int:
     ports = [namespace.port + index for index in range(replicas)]
     supervisor = ReplicaSupervisor(lambda port: serve_command(target, namespace.host, port, options), ports)
     print(f"search replicas: {','.join(replica_urls(namespace.host, namespace.port, replicas))}", flush=True)
-    supervisor.run()
+    try:
+        supervisor.run()
+    except IndexLoadError as exc:
+        print(f"agent-gym index serve: error: {exc}", file=sys.stderr)
+        return STARTUP_FAILURE
     return 0
 
 
-__all__ = ["add_index_serve_arguments", "app_from_env", "bind_socket", "create_app", "run_index_serve",
-           "run_uvicorn", "serve"]
+__all__ = ["IndexLoadError", "add_index_serve_arguments", "app_from_env", "bind_socket", "create_app",
+           "run_index_serve", "run_uvicorn", "serve", "uvicorn_config"]
