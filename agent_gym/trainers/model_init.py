@@ -183,25 +183,70 @@ def load_model_and_tokenizer(
     name_or_path: str | Path,
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
+    adapter: str | Path | None = None,
 ) -> tuple[Any, Any]:
-    """Load a causal LM and its tokenizer (ours or a hub checkpoint such as Qwen/Qwen2.5-3B-Instruct).
+    """Load a causal LM and its tokenizer: ours, a known offline name such as ``smollm2-135m-instruct`` (converted on
+    first use, see :mod:`agent_gym.pretrained`), or a hub checkpoint such as Qwen/Qwen2.5-3B-Instruct.
 
+    ``adapter``: a LoRA adapter directory (``agent-gym sft/train --lora-rank``) merged into the weights. A directory
+    that holds only an adapter may also be passed as ``name_or_path``; its base model is the one it names.
     Ensures the tokenizer has a pad token and a chat template, and pads on the left (for generation).
     """
+    from agent_gym.pretrained import is_known_model, resolve_model
+
+    if adapter is None and is_adapter_dir(name_or_path):
+        adapter, name_or_path = name_or_path, adapter_base_model(name_or_path)
+    location = resolve_model(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
     except OSError as error:
         raise ModelInitError(
             f"cannot load a model from {name_or_path!r} ({error}); build one with "
-            "`agent-gym model init --preset tiny --out DIR` or pass a local Hugging Face model directory"
+            "`agent-gym model init --preset tiny --out DIR`, get a real one with `agent-gym model get "
+            "smollm2-135m-instruct`, or pass a local Hugging Face model directory"
         ) from error
+    if is_known_model(name_or_path):  # adapters trained on it then name it portably, not by this cache path
+        model.name_or_path = model.config._name_or_path = str(name_or_path)
+    if adapter is not None:
+        model = merge_adapter(model, adapter)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = QWEN25_CHAT_TEMPLATE
     tokenizer.padding_side = "left"
     return model.to(device), tokenizer
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a PEFT adapter directory (LoRA weights without a base model)."""
+    return (Path(path) / ADAPTER_CONFIG).is_file() and not (Path(path) / "config.json").is_file()
+
+
+def adapter_base_model(path: str | Path) -> str:
+    """The base model an adapter was trained on, as it was named (a known name stays a name, so it resolves)."""
+    config = json.loads((Path(path) / ADAPTER_CONFIG).read_text())
+    base = config.get("base_model_name_or_path")
+    if not base:
+        raise ModelInitError(f"{path}/{ADAPTER_CONFIG} names no base model; pass --model BASE --adapter {path}")
+    return str(base)
+
+
+def load_adapter(model: torch.nn.Module, adapter: str | Path, trainable: bool = False) -> torch.nn.Module:
+    """``model`` wrapped with the LoRA adapter saved at ``adapter`` (trainable: to continue training it)."""
+    from peft import PeftModel
+
+    if not (Path(adapter) / ADAPTER_CONFIG).is_file():
+        raise ModelInitError(f"{adapter} is not a LoRA adapter directory (no {ADAPTER_CONFIG})")
+    return PeftModel.from_pretrained(model, str(adapter), is_trainable=trainable)
+
+
+def merge_adapter(model: torch.nn.Module, adapter: str | Path) -> torch.nn.Module:
+    """The weights of ``model`` with the adapter folded in: a plain model, as fast to run as the base."""
+    return load_adapter(model, adapter).merge_and_unload()
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -145,8 +145,18 @@ class TransformersBackend(GenerationBackend):
         return self.fast_path and FastDecoder.supports(self.model)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        if model is not self.model:
-            self.model.load_state_dict(model.state_dict())
+        """Copy ``model``'s weights (a LoRA policy's with its adapters merged) into this backend's model; a no-op
+        when both are the same object. Cached prefixes of the old weights are dropped."""
+        if model is self.model:
+            return
+        from agent_gym.trainers.lora_weights import merged_tensors
+
+        state = dict(merged_tensors(model))
+        with torch.no_grad():
+            for name, tensor in self.model.state_dict().items():
+                if name in state:
+                    tensor.copy_(state[name])
+        self.prefix_cache = _PrefixCache(self.prefix_cache.capacity)
 
     def _stop_sets(self, params: SamplingParams) -> tuple[set[int], list[str]]:
         """Stop ids, and the stop strings that need a text check (see `split_stop_strings`)."""

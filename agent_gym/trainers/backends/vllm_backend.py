@@ -46,26 +46,11 @@ def vllm_available() -> bool:
 
 
 def checkpoint_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs in Hugging Face checkpoint naming, LoRA adapters merged in.
+    """(name, tensor) pairs in Hugging Face checkpoint naming, LoRA adapters merged in (computed aside, so the
+    trainer's frozen base never drifts), so vLLM serves exactly the policy the trainer holds."""
+    from agent_gym.trainers.lora_weights import merged_tensors
 
-    A PEFT model's adapters are merged for the copy and unmerged afterwards, so vLLM serves exactly the
-    policy the trainer holds.
-    """
-    if hasattr(model, "peft_config") and hasattr(model, "merge_adapter"):
-        model.merge_adapter()
-        try:
-            state = model.get_base_model().state_dict()
-            merged = [
-                (name.replace(".base_layer.", "."), tensor.detach().clone())
-                for name, tensor in state.items()
-                if "lora_" not in name
-            ]
-        finally:
-            model.unmerge_adapter()
-        yield from merged
-        return
-    for name, tensor in model.state_dict().items():
-        yield name, tensor.detach()
+    yield from merged_tensors(model)
 
 
 class VLLMBackend(GenerationBackend):
