@@ -81,12 +81,15 @@ def evaluate(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0, out_
     Episode ``i`` resets with ``options={"task_index": i}``. An env that does not expose its task list
     (``env.unwrapped.tasks``; a ``RemoteEnv``) plays ``episodes`` episodes. Each record is appended to
     ``out_path`` (JSONL) as soon as its episode ends, so an interrupted run keeps what it measured. A policy's
-    ``check_tasks`` runs first (the oracle raises ``PolicyError`` on tasks without gold decompositions).
+    ``check_env`` (or ``check_tasks``) runs first: a scripted policy raises ``PolicyError`` on an env it cannot
+    play (the oracle on tasks without gold decompositions, naive-rag on an env without a search tool).
     """
     tasks = getattr(env.unwrapped, "tasks", None)
     count = min(episodes, len(tasks)) if tasks is not None else episodes
-    check_tasks = getattr(policy, "check_tasks", None)
-    if callable(check_tasks) and tasks is not None:  # e.g. the oracle refuses tasks without gold decompositions
+    check_env, check_tasks = getattr(policy, "check_env", None), getattr(policy, "check_tasks", None)
+    if callable(check_env) and tasks is not None:  # e.g. naive-rag refuses an env without a search tool
+        check_env(env.unwrapped, tasks[:count])
+    elif callable(check_tasks) and tasks is not None:  # e.g. the oracle refuses tasks without gold decompositions
         check_tasks(tasks[:count])
     records: list[EpisodeRecord] = []
     if out_path:

@@ -20,7 +20,8 @@ from agent_gym.formats import ToolCall
 from agent_gym.rewards import normalize_answer
 
 __all__ = ["Policy", "PolicyError", "OraclePolicy", "GoldSearchPolicy", "NaiveRAGPolicy", "RandomPolicy",
-           "StubPolicy", "WeakMultiHopPolicy", "make_policy", "POLICIES", "extract_answer", "candidate_spans"]
+           "StubPolicy", "WeakMultiHopPolicy", "make_policy", "playable_policies", "POLICIES", "extract_answer",
+           "candidate_spans"]
 
 UNKNOWN_ANSWER = "unknown"
 
@@ -54,7 +55,41 @@ def require_gold_hook(policy: object, env: Any) -> None:
         )
 
 
-class _ScriptedPolicy:
+def _env_name(env: Any) -> str:
+    spec = getattr(env, "spec", None)
+    return getattr(spec, "id", None) or type(env).__name__
+
+
+class _Playable:
+    """What an env must offer a scripted policy; :meth:`check_env` refuses one that cannot be played."""
+
+    name = ""
+
+    def cannot_play(self, env: Any, tasks: Any) -> str | None:
+        """Why this policy cannot play ``tasks`` of ``env`` (a ToolEnv), or None when it can."""
+        return None
+
+    def check_env(self, env: Any, tasks: Any = None) -> None:
+        """Raise :class:`PolicyError` when this policy cannot play ``env`` (its ``tasks``: default all of them),
+        naming the scripted policies that can. An env without the gold hook is left to :meth:`begin`."""
+        if getattr(env, "tools", None) is None or getattr(env, "tasks", None) is None:
+            return
+        tasks = env.tasks if tasks is None else tasks
+        problem = self.cannot_play(env, tasks)
+        if problem:
+            able = playable_policies(env, tasks)
+            raise PolicyError(f"{problem}; the scripted policies that can play {_env_name(env)}: "
+                              f"{', '.join(able) if able else 'none'}")
+
+
+def _needs_search(policy: _Playable, env: Any) -> str | None:
+    if "search" in env.tools:
+        return None
+    return (f"the {policy.name} policy searches with the env's `search` tool, and {_env_name(env)} has none (its "
+            f"tools: {', '.join(env.tools) or 'none'})")
+
+
+class _ScriptedPolicy(_Playable):
     """Shared plumbing: the env's format and search tool name."""
 
     def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
@@ -86,17 +121,32 @@ class OraclePolicy(_ScriptedPolicy):
     back, and answers gold only if every hop's evidence was seen; otherwise answers ``unknown``.
 
     Tasks without a gold decomposition (HotpotQA's, a user's) are refused with :class:`PolicyError`.
+    ``unfollowed`` lists the tasks whose decomposition could not be followed (a hop's answer was not in what
+    its search returned, e.g. MuSiQue's "A.P.J. Abdul Kalam" against a page that spells it "A. P. J."): the
+    oracle's EM is below 1 by exactly those.
     """
+
+    name = "oracle"
+
+    def __init__(self) -> None:
+        self.unfollowed: list[str] = []
+
+    def _missing(self, tasks: Any) -> str | None:
+        missing = [task for task in tasks if not _searchable_hops(task)]
+        if not missing:
+            return None
+        return (f"the oracle policy follows each task's gold decomposition, and {len(missing)} of the "
+                f"{len(tasks)} tasks have none (task {missing[0].id!r} first); HotpotQA and most tool tasks "
+                "have none (gold-search or naive-rag play HotpotQA)")
+
+    def cannot_play(self, env: Any, tasks: Any) -> str | None:
+        return self._missing(tasks)
 
     def check_tasks(self, tasks: Any) -> None:
         """Raise :class:`PolicyError` if any of ``tasks`` has no gold decomposition to follow."""
-        missing = [task for task in tasks if not _searchable_hops(task)]
-        if missing:
-            raise PolicyError(
-                f"the oracle policy follows each task's gold decomposition, and {len(missing)} of the "
-                f"{len(tasks)} tasks have none (task {missing[0].id!r} first); HotpotQA and most tool tasks "
-                "have none: use gold-search or naive-rag there"
-            )
+        problem = self._missing(tasks)
+        if problem:
+            raise PolicyError(problem)
 
     def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
         super().begin(env, observation, info)
@@ -115,24 +165,54 @@ class OraclePolicy(_ScriptedPolicy):
         if self.turn <= len(self.hops):
             return self._call(self.hops[self.turn - 1].query)
         assert self.task is not None
+        if not self.evidence_ok:
+            self.unfollowed.append(self.task.id)
         return self._answer(self.task.answers[0] if self.evidence_ok else UNKNOWN_ANSWER)
 
 
 class GoldSearchPolicy(_ScriptedPolicy):
-    """Searches each gold supporting title, then answers gold: measures whether the retriever finds the
-    evidence (``info["evidence_recall"]``), independent of any reading."""
+    """Searches each gold supporting title, then answers gold if every title came back, else ``unknown``, as
+    the oracle does: measures whether the retriever finds the evidence (``info["evidence_recall"]``),
+    independent of any reading. Plays envs with a ``search`` tool whose tasks name supporting titles."""
+
+    name = "gold-search"
+
+    def cannot_play(self, env: Any, tasks: Any) -> str | None:
+        missing = [task for task in tasks if not task.supporting_titles]
+        if missing:
+            return (f"the gold-search policy searches each task's supporting titles, and {len(missing)} of the "
+                    f"{len(tasks)} tasks have none (task {missing[0].id!r} first)")
+        return _needs_search(self, env)
+
+    def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
+        super().begin(env, observation, info)
+        self.check_env(env, [self.task])
+        self.results: list[str] = []
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         assert self.task is not None
         titles = list(self.task.supporting_titles)
+        if self.turn > 0:
+            self.results.append(normalize_answer(observation))
         self.turn += 1
         if self.turn <= len(titles):
             return self._call(titles[self.turn - 1])
-        return self._answer(self.task.answers[0])
+        # a page may come back for another title's search: any result counts
+        seen = all(any(normalize_answer(title) in result for result in self.results) for title in titles)
+        return self._answer(self.task.answers[0] if seen else UNKNOWN_ANSWER)
 
 
 class NaiveRAGPolicy(_ScriptedPolicy):
     """One search with the whole question, then an extractive answer from the top hit."""
+
+    name = "naive-rag"
+
+    def cannot_play(self, env: Any, tasks: Any) -> str | None:
+        return _needs_search(self, env)
+
+    def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
+        super().begin(env, observation, info)
+        self.check_env(env, [self.task])
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         assert self.task is not None
@@ -144,6 +224,8 @@ class NaiveRAGPolicy(_ScriptedPolicy):
 
 class RandomPolicy(_ScriptedPolicy):
     """Uniformly random among: a search for random words of the context, a random answer, or junk text."""
+
+    name = "random"
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = np.random.default_rng(seed)
@@ -164,12 +246,23 @@ class StubPolicy(_ScriptedPolicy):
     """Submits the task's stub at once (``metadata["stub"]``, e.g. the prompt's function with a ``pass`` body):
     what a coding env pays for doing nothing."""
 
+    name = "stub"
+
+    def _missing(self, tasks: Any) -> str | None:
+        missing = [task for task in tasks if not isinstance(task.metadata.get("stub"), str)]
+        if not missing:
+            return None
+        return (f"the stub policy submits each task's metadata['stub'], and {len(missing)} of the {len(tasks)} "
+                f"tasks have none (task {missing[0].id!r} first): it plays coding envs")
+
+    def cannot_play(self, env: Any, tasks: Any) -> str | None:
+        return self._missing(tasks)
+
     def check_tasks(self, tasks: Any) -> None:
         """Raise :class:`PolicyError` if any of ``tasks`` has no stub (only coding tasks have one)."""
-        missing = [task for task in tasks if not isinstance(task.metadata.get("stub"), str)]
-        if missing:
-            raise PolicyError(f"the stub policy submits each task's metadata['stub'], and {len(missing)} of the "
-                              f"{len(tasks)} tasks have none (task {missing[0].id!r} first): it plays coding envs")
+        problem = self._missing(tasks)
+        if problem:
+            raise PolicyError(problem)
 
     def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
         super().begin(env, observation, info)
@@ -182,10 +275,15 @@ class StubPolicy(_ScriptedPolicy):
         return self._answer(self.task.metadata["stub"])
 
 
-class WeakMultiHopPolicy:
+class WeakMultiHopPolicy(_Playable):
     """A weak teacher for warm starts: each episode it follows the gold decomposition with probability
     ``p_multihop`` (as :class:`OraclePolicy`), otherwise it acts as :class:`NaiveRAGPolicy`. A model cloned from
     it does multi-hop search only now and then, which leaves RL room to make that the rule."""
+
+    name = "weak-multihop"
+
+    def cannot_play(self, env: Any, tasks: Any) -> str | None:
+        return _needs_search(self, env)
 
     def __init__(self, p_multihop: float = 0.3, seed: int = 0) -> None:
         if not 0.0 <= p_multihop <= 1.0:
@@ -196,6 +294,7 @@ class WeakMultiHopPolicy:
 
     def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
         require_gold_hook(self, env)
+        self.check_env(env, [env.task])
         multihop = self.rng.random() < self.p_multihop
         assert env.task is not None
         # Tasks without a gold decomposition have no hops to follow: naive-rag plays them.
@@ -271,6 +370,12 @@ POLICIES: dict[str, type] = {
     "weak-multihop": WeakMultiHopPolicy,
     "stub": StubPolicy,
 }
+
+
+def playable_policies(env: Any, tasks: Any = None) -> list[str]:
+    """The scripted policies that can play ``tasks`` (default: all) of ``env``, a ToolEnv."""
+    tasks = env.tasks if tasks is None else tasks
+    return [name for name in sorted(POLICIES) if make_policy(name).cannot_play(env, tasks) is None]
 
 
 def make_policy(name: str, seed: int = 0, **options: Any) -> Policy:
