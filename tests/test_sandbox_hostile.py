@@ -7,6 +7,7 @@ test without harming the run. These cases are rows of the README's sandbox table
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import resource
@@ -241,3 +242,14 @@ def test_without_namespaces_metadata_is_refused_everywhere_and_other_processes_s
     assert lines(result) == ["PermissionError"] * 5
     assert run_dir_parent.stat().st_mode == mode
     assert result.isolation["private_view"] is False and result.isolation["seccomp"] is True
+
+
+def test_without_namespaces_the_parent_stops_a_run_past_the_disk_cap(without_namespaces) -> None:
+    # 64 files of 512 KiB (32 MiB), paced so that the parent's poll sees the total pass the 4 MiB cap
+    code = ("import time\nfor n in range(64):\n    with open(f'f{n}', 'wb') as f:\n"
+            "        f.write(b'x' * (512 << 10))\n    time.sleep(0.02)\nprint('all written')")
+    with pytest.warns(UserWarning):
+        result = Sandbox(dataclasses.replace(LIMITS, wall_s=60.0)).run(code)
+    assert result.status == "disk", result.observation()
+    assert result.summary() == "ran out of disk: stopped past 4 MiB for all its files"
+    assert "all written" not in result.stdout

@@ -3,8 +3,8 @@
 Each :meth:`Sandbox.run` starts a fresh interpreter in a fresh temporary directory (removed afterwards), with
 no inherited environment variable, stdin closed, and stdout/stderr captured and clipped. The process gets:
 
-- limits: wall-clock seconds (the parent kills it), CPU seconds, address space, file size and, where user
-  namespaces work, a total for its directory (a ``tmpfs`` of ``disk_mb``);
+- limits: wall-clock seconds (the parent kills it), CPU seconds, address space, file size and a total for its
+  directory (a ``tmpfs`` of ``disk_mb`` where user namespaces work; else the parent polls it);
 - no network: a new user and network namespace through ``unshare`` where Linux allows unprivileged ones; where
   it does not, the launcher's seccomp filter still refuses every socket and Landlock (ABI >= 4) every TCP
   connect, so the fallback is documented, not silent: :attr:`SandboxRun.isolation` says which layers held;
@@ -44,7 +44,8 @@ from typing import Any
 import gymnasium as gym
 
 from agent_gym.error import AgentGymError
-from agent_gym.tools import sandbox_child
+from agent_gym.tools import disk_watch, sandbox_child
+from agent_gym.tools.disk_watch import DiskWatch
 
 __all__ = ["Sandbox", "SandboxLimits", "SandboxRun", "SandboxError", "SandboxUnavailable", "namespace_command"]
 
@@ -75,7 +76,7 @@ class SandboxLimits:
         memory_mb: address space in MiB; an allocation beyond it raises ``MemoryError``.
         file_mb: the largest file the program may write, in MiB.
         disk_mb: all the files of its directory together, in MiB (a ``tmpfs``, so memory too; where user
-            namespaces are off only ``file_mb`` holds).
+            namespaces are off, the parent polls the directory and stops the run past it).
         output_chars: characters of stdout and of stderr kept each; the rest is cut with a note.
         code_chars: the longest program accepted.
     """
@@ -101,7 +102,8 @@ class SandboxRun:
 
     Attributes:
         status: ``ok`` (exit code 0), ``exit`` (another exit code), ``exception`` (uncaught), ``memory`` (a
-            ``MemoryError`` at the address-space limit), ``timeout`` (wall clock), ``cpu_limit``, ``signal``
+            ``MemoryError`` at the address-space limit), ``timeout`` (wall clock), ``cpu_limit``, ``disk`` (stopped
+            past ``disk_mb`` where no namespace gives a size-limited directory), ``signal``
             (killed or crashed by a signal) or ``refused`` (strict mode, isolation incomplete).
         exit_code: the process's exit code (negative: the signal that ended it).
         stdout, stderr: the output, each clipped to ``output_chars`` with a note of what was cut.
@@ -146,6 +148,8 @@ class SandboxRun:
             return f"timed out: stopped after {math.ceil(limits.cpu_s)} s of CPU time"
         if self.status == "refused":
             return "not run: the sandbox could not isolate it (strict mode)"
+        if self.status == "disk":
+            return f"ran out of disk: stopped past {limits.disk_mb} MiB for all its files"
         if self.signal_name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"):
             return f"crashed: killed by {self.signal_name} ({signal.strsignal(-self.exit_code)})"
         return f"killed by {self.signal_name or 'a signal'}"
@@ -260,7 +264,7 @@ class Sandbox:
                                          "use strict=False, which keeps seccomp's no-socket rule")
             _warn_once("namespaces", "Python sandbox: no user/network namespace here; the program is kept off the "
                                      "network by seccomp (no socket) and Landlock (no TCP) only, every metadata "
-                                     "change is refused, and disk has no total cap (file_mb per file only)")
+                                     "change is refused, and the disk total is polled, not capped by a tmpfs")
         return namespaces
 
     def _run_in(self, directory: str, namespaces: tuple[str, ...], count_asserts: bool,
@@ -288,9 +292,11 @@ class Sandbox:
             _close_all([report_write, *channels.values()])
             channels.clear()
         streams = _Streams(process, report_read, limits)
-        timed_out = streams.collect(started + limits.wall_s)
+        # without namespaces the directory is no size-limited tmpfs: the parent watches its total instead
+        disk = None if namespaces else DiskWatch(directory, limits.disk_mb << 20)
+        stopped = streams.collect(started + limits.wall_s, disk)
         exit_code, cpu_s = _reap(process)
-        run = _describe(exit_code, cpu_s, time.perf_counter() - started, timed_out, streams, limits, bool(namespaces),
+        run = _describe(exit_code, cpu_s, time.perf_counter() - started, stopped, streams, limits, bool(namespaces),
                         self.strict)
         if run.status == "refused":
             raise SandboxUnavailable(f"strict sandbox: an isolation layer is missing here: {run.isolation}")
@@ -340,8 +346,9 @@ class _Streams:
         except (AttributeError, OSError):  # Linux < 5.3: poll for the exit instead
             self.pidfd = None
 
-    def collect(self, deadline: float) -> bool:
-        """Read until the process exits and its pipes close, or until ``deadline``; True when it timed out."""
+    def collect(self, deadline: float, disk: DiskWatch | None = None) -> str | None:
+        """Read until the process exits and its pipes close, until ``deadline`` (returns ``timeout``) or until
+        ``disk`` finds the directory over its cap (returns ``disk``); None when the program ended by itself."""
         exited_at: float | None = None
         try:
             while True:
@@ -349,15 +356,19 @@ class _Streams:
                 if exited_at is None and self.pidfd is None and _has_exited(self.process.pid):
                     exited_at = time.perf_counter()
                 now = time.perf_counter()
+                if disk is not None and disk.over(force=exited_at is not None):
+                    return "disk"
                 if exited_at is not None and (not pipes_open or now - exited_at > _EXIT_GRACE_S):
-                    return False
+                    return None
                 if now >= deadline:
-                    return True
+                    return "timeout"
                 timeout = deadline - now
                 if exited_at is not None:
                     timeout = min(timeout, exited_at + _EXIT_GRACE_S - now)
                 elif self.pidfd is None:
                     timeout = min(timeout, 0.01)  # no pidfd to wake us at the exit: poll
+                if disk is not None:
+                    timeout = min(timeout, disk_watch.POLL_S)
                 for key, _ in self.selector.select(timeout=max(timeout, 0.0)):
                     if key.data == "exit":
                         self.selector.unregister(key.fd)
@@ -424,7 +435,7 @@ def _reap(process: subprocess.Popen) -> tuple[int, float]:
     return process.returncode, usage.ru_utime + usage.ru_stime
 
 
-def _describe(exit_code: int, cpu_s: float, wall_s: float, timed_out: bool, streams: _Streams,
+def _describe(exit_code: int, cpu_s: float, wall_s: float, stopped: str | None, streams: _Streams,
               limits: SandboxLimits, namespaces: bool, strict: bool) -> SandboxRun:
     reports = streams.reports()
     isolation: dict[str, Any] = {"namespaces": namespaces}
@@ -438,7 +449,7 @@ def _describe(exit_code: int, cpu_s: float, wall_s: float, timed_out: bool, stre
             exception = str(record.get("type"))
     for layer, missing in (("landlock", "reads and writes outside the run directory are not prevented"),
                            ("seccomp", "new processes, sockets and calls on other processes are not prevented"),
-                           ("private_view", "metadata changes are refused everywhere; disk has no total cap")):
+                           ("private_view", "metadata changes are refused everywhere; the disk total is polled")):
         if namespaces and layer in isolation and not isolation[layer]:
             _warn_once(layer, f"Python sandbox: no {layer} here ({isolation.get(layer + '_error')}): {missing}")
     signal_name = None
@@ -449,9 +460,11 @@ def _describe(exit_code: int, cpu_s: float, wall_s: float, timed_out: bool, stre
             signal_name = f"signal {-exit_code}"
     # SIGXCPU comes only from RLIMIT_CPU (no other process may signal the run); SIGKILL follows it one CPU second
     # later when the program ignores SIGXCPU. The CPU time read at the kill can fall short of the limit.
-    if signal_name == "SIGXCPU" or (signal_name == "SIGKILL" and cpu_s >= math.ceil(limits.cpu_s) - 0.05):
+    if stopped == "disk":
+        status = "disk"
+    elif signal_name == "SIGXCPU" or (signal_name == "SIGKILL" and cpu_s >= math.ceil(limits.cpu_s) - 0.05):
         status = "cpu_limit"
-    elif timed_out:
+    elif stopped == "timeout":
         status = "timeout"
     elif signal_name is not None:
         status = "signal"
