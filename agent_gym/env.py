@@ -395,7 +395,9 @@ class ToolEnv(gym.Env[str, str]):
             if isinstance(verdict, CheckResult):
                 self._check_details = valid_utf8_json(dict(verdict.details))
             return AnswerScores(em=value, f1=value, precision=value, recall=value, sub_em=value)
-        return score_answer(answer, self.task.answers, rule=self.reward_spec.answer_rule)
+        # the spec's rule, else the task's own (a Search-R1 row's source), else the default
+        rule = self.reward_spec.answer_rule or self.task.metadata.get("answer_rule")
+        return score_answer(answer, self.task.answers, rule=rule)
 
     def _apply_context_policy(self) -> bool:
         """Keep the prompt and the last ``window_turns`` turns; fold (summarize) or drop (window) older turns."""

@@ -11,6 +11,11 @@ F1 differs by dataset, so it takes a ``rule``:
 - ``musique`` (MuSiQue's metrics/answer.py, SQuAD's): no yes/no rule; an answer or gold with no tokens scores
   1 against another with none, else 0. The official script reports F1 only; precision and recall here come
   from the best-F1 alias.
+- ``squad`` (SQuAD v1.1's evaluate script, which open-domain QA sets such as NQ, TriviaQA and PopQA use): no
+  yes/no rule, and no tokens scores 0; the best-F1 alias gives F1, precision and recall.
+
+Search-R1's parquet rows mix sources; :func:`answer_rule_for_source` picks each row's rule from its
+``data_source``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from agent_gym.error import InvalidValue
 
 __all__ = [
     "ANSWER_RULES",
+    "answer_rule_for_source",
     "normalize_answer",
     "exact_match",
     "f1_score",
@@ -40,8 +46,16 @@ __all__ = [
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _SPECIAL_F1_ANSWERS = ("yes", "no", "noanswer")
-ANSWER_RULES = ("hotpotqa", "2wikimultihopqa", "musique")
+ANSWER_RULES = ("hotpotqa", "2wikimultihopqa", "musique", "squad")
 DEFAULT_ANSWER_RULE = "hotpotqa"
+# Search-R1's data_source names (nq, tq, popqa, Bamboogle... take SQuAD's rule)
+_SOURCE_RULES = {"hotpotqa": "hotpotqa", "2wiki": "2wikimultihopqa", "2wikimultihopqa": "2wikimultihopqa",
+                 "musique": "musique"}
+
+
+def answer_rule_for_source(data_source: str) -> str:
+    """The answer rule of a Search-R1 ``data_source``: its dataset's own, else SQuAD's (NQ, TriviaQA, PopQA)."""
+    return _SOURCE_RULES.get(data_source.strip().lower(), "squad")
 
 
 def _answer_rule(rule: str | None) -> str:
@@ -71,7 +85,7 @@ def f1_score(prediction: str, gold: str, rule: str | None = None) -> tuple[float
     normalized_prediction = normalize_answer(prediction)
     normalized_gold = normalize_answer(gold)
     zero = (0.0, 0.0, 0.0)
-    if rule != "musique" and normalized_prediction != normalized_gold and (
+    if rule in ("hotpotqa", "2wikimultihopqa") and normalized_prediction != normalized_gold and (
         normalized_prediction in _SPECIAL_F1_ANSWERS or normalized_gold in _SPECIAL_F1_ANSWERS
     ):
         return zero
@@ -141,7 +155,8 @@ class RewardSpec:
             one; else a search whose hits contain a gold supporting title not found before).
         process_cap: the most process reward one episode can earn, so it cannot outweigh the outcome.
         answer_rule: whose official evaluator scores answers (:data:`ANSWER_RULES`); ``None`` lets the env
-            choose: the QA envs pick their dataset's, other envs HotpotQA's.
+            choose: the QA envs pick their dataset's, other envs a task's ``metadata["answer_rule"]`` (a
+            Search-R1 row's: its data_source's), else HotpotQA's.
     """
 
     name: str = "paper"

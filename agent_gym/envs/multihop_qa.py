@@ -45,10 +45,13 @@ QA_INSTRUCTION = (
 
 @functools.lru_cache(maxsize=8)
 def _dataset(name: str, split: str, data_path: str | None, cache_dir: str | None,
-             limit: int | None, setting: str | None) -> tuple[TaskSet, tuple[Document, ...]]:
+             limit: int | None, setting: str | None,
+             aliases_path: str | None = None) -> tuple[TaskSet, tuple[Document, ...]]:
     options: dict[str, Any] = {"limit": limit} if limit is not None else {}
     if setting is not None:
         options["setting"] = setting
+    if aliases_path is not None:
+        options["aliases_path"] = aliases_path
     tasks, corpus = load_dataset(name, split=split, data_path=data_path, cache_dir=cache_dir, **options)
     documents = tuple(Document(str(doc["id"]), doc["title"], doc["text"]) for doc in corpus)
     return tasks, documents
@@ -57,15 +60,15 @@ def _dataset(name: str, split: str, data_path: str | None, cache_dir: str | None
 @functools.lru_cache(maxsize=8)
 def _search_tool(name: str, split: str, data_path: str | None, cache_dir: str | None, limit: int | None,
                  setting: str | None, corpus: str, retriever: str, encoder: str | None, top_k: int,
-                 search_timeout: float) -> SearchTool:
+                 search_timeout: float, aliases_path: str | None = None) -> SearchTool:
     """One search tool per settings, so the N envs of a vector env share it and their searches batch."""
     return SearchTool(_retriever(name, split, data_path, cache_dir, limit, setting, corpus, retriever, encoder,
-                                 search_timeout), top_k=top_k)
+                                 search_timeout, aliases_path), top_k=top_k)
 
 
 def _retriever(name: str, split: str, data_path: str | None, cache_dir: str | None, limit: int | None,
                setting: str | None, corpus: str, retriever: str, encoder: str | None,
-               search_timeout: float) -> Retriever:
+               search_timeout: float, aliases_path: str | None = None) -> Retriever:
     extra = {"encoder": encoder} if encoder else {}
     if corpus.startswith(("http://", "https://")):
         from agent_gym.retrieval_index.client import RemoteRetriever
@@ -74,7 +77,8 @@ def _retriever(name: str, split: str, data_path: str | None, cache_dir: str | No
     from agent_gym.retrieval_index.build import make_retriever, open_index
 
     if corpus == "distractor":
-        _, documents = _dataset(name, split, data_path, cache_dir, limit, setting)
+        # the same cache entry as the tasks' (aliases change no document)
+        _, documents = _dataset(name, split, data_path, cache_dir, limit, setting, aliases_path)
         return make_retriever(retriever, list(documents), **extra)
     path = Path(corpus).expanduser()
     if path.is_dir():
@@ -100,6 +104,7 @@ def make_qa_env(
     encoder: str | None = None,
     top_k: int = 5,
     search_timeout: float = DEFAULT_TOTAL_TIMEOUT_S,
+    aliases_path: str | None = None,
     **env_kwargs: Any,
 ) -> ToolEnv:
     """Build a multi-hop QA env.
@@ -121,6 +126,8 @@ def make_qa_env(
         top_k: passages per search (5, as in the paper).
         search_timeout: with a search-server URL, the most seconds one search may take, retries included;
             past it the agent sees a failed search and the step goes on.
+        aliases_path: 2WikiMultihopQA only: the official ``id_aliases.json``, whose answer aliases the official
+            scorer accepts (default: the one beside the data file; without one a warning says so, once).
         env_kwargs: :class:`~agent_gym.env.ToolEnv` settings: ``reward`` (``paper``/``dense``; answers are
             scored by the dataset's official rule unless the spec sets ``answer_rule``), ``tool_format``,
             ``max_turns``...
@@ -130,9 +137,10 @@ def make_qa_env(
         raise InvalidValue(f"limit must be at least 1 (an integer) or None, got {limit!r:.80}")
     data = str(data_path) if data_path is not None else None
     cache = str(cache_dir) if cache_dir is not None else None
-    tasks, _ = _dataset(dataset, split, data, cache, limit, setting)
+    aliases = str(aliases_path) if aliases_path is not None else None
+    tasks, _ = _dataset(dataset, split, data, cache, limit, setting, aliases)
     search = _search_tool(dataset, split, data, cache, limit, setting, str(corpus), retriever, encoder, top_k,
-                          float(search_timeout))
+                          float(search_timeout), aliases)
     env_kwargs.setdefault("instruction", QA_INSTRUCTION)
     env_kwargs.setdefault("max_turns", 6)
     spec = get_reward_spec(env_kwargs.get("reward", "paper"))

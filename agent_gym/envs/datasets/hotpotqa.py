@@ -13,12 +13,27 @@ from typing import Any
 
 from agent_gym.envs.datasets.distractor_corpus import document_id
 from agent_gym.envs.datasets.download import canonical_setting, canonical_split
+from agent_gym.envs.datasets.files import DatasetFormatError
 from agent_gym.envs.datasets.loading import Record, Source, build_split, read_split_records, unique_strings
 from agent_gym.tasks import Task, TaskSet
 
 NAME = "hotpotqa"
 LAYOUT = ('a JSON array of HotpotQA records {"_id", "question", "answer", "supporting_facts": [[title, sentence_id], '
           '...], "context": [[title, [sentence, ...]], ...], "type", "level"}')
+
+
+def refuse_distractor_file(path: Path) -> None:
+    """Raise :class:`DatasetFormatError` if ``path``, given for the fullwiki setting, is named as a distractor file.
+
+    The two dev files share their layout and questions, so only the name tells them apart; reading
+    hotpot_dev_distractor_v1.json as fullwiki would label the easy setting's scores as the hard one's.
+    """
+    if "distractor" in path.name:
+        raise DatasetFormatError(
+            f"{path} is the distractor setting's file, not the fullwiki one: setting='fullwiki' reads "
+            "hotpot_dev_fullwiki_v1.json (pass it, or a folder holding it, as data_path), or drop setting= to "
+            "play this file's distractor setting"
+        )
 
 
 def task_from_record(record: Record, split: str = "dev", setting: str = "distractor") -> Task:
@@ -96,6 +111,8 @@ def load_hotpotqa(
     setting = canonical_setting(NAME, setting) or "distractor"
     records, path = read_split_records(NAME, split, data_path, cache_dir, source, record_from_hub_row,
                                        setting=setting, layout=LAYOUT)
+    if setting == "fullwiki" and split == "dev" and path is not None:
+        refuse_distractor_file(path)
     return build_split(
         records,
         name=NAME,

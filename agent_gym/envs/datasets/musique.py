@@ -4,7 +4,10 @@ Official layout (one JSON object per line): ``id`` (prefixed by its reasoning gr
 ``question``, ``answer``, ``answer_aliases``, ``answerable``, ``paragraphs`` = 20 of
 ``{idx, title, paragraph_text, is_supporting}``, and ``question_decomposition`` = the single-hop
 questions ``{id, question, answer, paragraph_support_idx}`` whose ``#k`` marks refer to hop k's answer.
-The ``musique_full_v1.0_*`` files share the layout (with unanswerable rows) and load the same way.
+The ``musique_full_v1.0_*`` files share the layout and load the same way, but hold each question twice under one
+id: answerable, and ``"answerable": false`` with a supporting paragraph taken out. The official scorer leaves
+the unanswerable records out of the answer metrics, so the loader leaves them out of the tasks (their
+paragraphs stay in the corpus).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agent_gym.envs.datasets.distractor_corpus import document_id
+from agent_gym.envs.datasets.distractor_corpus import build_distractor_corpus, document_id
 from agent_gym.envs.datasets.download import canonical_split
 from agent_gym.envs.datasets.loading import Record, Source, build_split, read_split_records, unique_strings
 from agent_gym.tasks import Hop, Task, TaskSet
@@ -84,6 +87,11 @@ def _hops(steps: list[dict[str, Any]], paragraphs: dict[int, Record]) -> tuple[H
     return tuple(hops)
 
 
+def _answerable(record: Record) -> bool:
+    # MuSiQue-Ans records have "answerable": true; only MuSiQue-Full's second copies say false
+    return not isinstance(record, dict) or record.get("answerable", True) is not False
+
+
 def context_paragraphs(record: Record) -> Iterator[tuple[str, str]]:
     """``(title, paragraph_text)`` of each of the record's paragraphs."""
     for paragraph in record["paragraphs"]:
@@ -110,6 +118,16 @@ def load_musique(
     """
     split = canonical_split(split)
     records, path = read_split_records(NAME, split, data_path, cache_dir, source, layout=LAYOUT)
+    answerable = [record for record in records if _answerable(record)]
+    if len(answerable) < len(records):  # MuSiQue-Full: no task for the unanswerable copies, as the scorer does
+        tasks, _ = build_split(answerable, name=NAME, split=split, limit=limit, dedupe_by="title_text",
+                               task_from_record=lambda record: task_from_record(record, split),
+                               context_paragraphs=context_paragraphs, origin=str(path or "the Hugging Face Hub"),
+                               layout=LAYOUT)
+        kept = {task.id for task in tasks}
+        paragraphs = [paragraph for record in records if str(record.get("id")) in kept
+                      for paragraph in context_paragraphs(record)]
+        return tasks, build_distractor_corpus(paragraphs, "title_text").documents
     return build_split(
         records,
         name=NAME,

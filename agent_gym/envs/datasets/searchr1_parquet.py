@@ -19,6 +19,7 @@ from typing import Any
 from agent_gym.envs.datasets.files import DatasetFormatError, open_binary
 from agent_gym.envs.datasets.loading import unique_strings
 from agent_gym.error import InvalidValue
+from agent_gym.rewards import answer_rule_for_source
 from agent_gym.tasks import Task, TaskSet
 
 ANSWER_SEPARATOR = "<|answer_split|>"
@@ -66,7 +67,8 @@ def load_searchr1_parquet(path: str | Path, data_source: str | Sequence[str] | N
 
 
 def task_from_row(row: dict[str, Any], row_index: int = 0) -> Task:
-    """One parquet row as a :class:`Task` (``kind`` is its ``data_source``)."""
+    """One parquet row as a :class:`Task` (``kind`` is its ``data_source``; ``metadata["answer_rule"]`` its
+    scorer's rule, which a ToolEnv uses unless its reward spec sets one)."""
     source = str(row.get("data_source") or "")
     extra_info = dict(row.get("extra_info") or {})
     messages = [dict(message) for message in row.get("prompt") or []]
@@ -80,6 +82,7 @@ def task_from_row(row: dict[str, Any], row_index: int = 0) -> Task:
         kind=source,
         metadata={
             "dataset": source,
+            "answer_rule": answer_rule_for_source(source),  # the env scores the row as its source's scorer does
             "split": extra_info.get("split"),
             "ability": row.get("ability"),
             "reward_style": (row.get("reward_model") or {}).get("style"),
