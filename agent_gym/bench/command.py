@@ -108,7 +108,9 @@ def run_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = args.model
-    if model is None and any(name in LLM_LIBRARIES for name in libraries):
+    # only for an LLM library that will run: building and warm-starting the tiny model takes minutes on a CPU
+    runnable_llms = [name for name in libraries if name in LLM_LIBRARIES and _installed(name, args.peer_python) is None]
+    if model is None and runnable_llms:
         model = str(_build_default_model(args.env, env_kwargs, out, args.sft_episodes))
     settings = BenchSettings(
         env_id=args.env, env_kwargs=env_kwargs, eval_env_kwargs=eval_env_kwargs, episodes=args.episodes,

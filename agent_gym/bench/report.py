@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-__all__ = ["BenchRecord", "read_records", "format_table", "plot_curves"]
+__all__ = ["BenchRecord", "read_records", "format_table", "plot_curves", "draw_curves"]
 
 
 @dataclass
@@ -108,14 +108,27 @@ def format_table(records: Sequence[BenchRecord], libraries: Sequence[str]) -> st
 
 
 def plot_curves(records: Sequence[BenchRecord], libraries: Sequence[str], out: str | Path) -> Path:
+    """Write :func:`draw_curves`'s figure to ``out`` (PNG)."""
+    import matplotlib.pyplot as plt
+
+    figure = draw_curves(records, libraries)
+    out = Path(out)
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+    return out
+
+
+def draw_curves(records: Sequence[BenchRecord], libraries: Sequence[str]):  # -> matplotlib Figure
     """Held-out EM by training episodes and by wall time: one line per library (mean over seeds), a min-max band.
 
-    Scripted policies (no training) appear on the episodes panel only, as the flat line they are.
+    Scripted policies (no training) appear on the episodes panel only, as the flat line they are. Each panel
+    has its own legend, since the wall-time panel holds only the libraries that train.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for library in libraries:
@@ -155,10 +168,12 @@ def plot_curves(records: Sequence[BenchRecord], libraries: Sequence[str], out: s
             axis.set_ylim(bottom=-0.02)
     axes[1].set_xscale("symlog", linthresh=1.0)  # SB3 and scripted runs take seconds, LLM runs minutes
     axes[1].set_xlim(left=0.0)  # times are never negative; symlog would otherwise label -10^1 and -10^0
-    axes[0].legend()
+    # plain numbers: symlog's own labels read "5.06262×10⁻¹" on a short run
+    axes[1].xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
+    axes[1].xaxis.set_minor_formatter(NullFormatter())
+    for axis in axes:
+        if axis.get_lines():
+            axis.legend()
     figure.suptitle("agent-gym bench: held-out EM (line: mean over seeds; band: min to max)")
     figure.tight_layout()
-    out = Path(out)
-    figure.savefig(out, dpi=110)
-    plt.close(figure)
-    return out
+    return figure
