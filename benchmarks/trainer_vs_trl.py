@@ -26,6 +26,17 @@ this with a separate venv that holds both TRL and agent-gym:
 
 `--side ours` runs only our trainer (no TRL needed); `--trl-python PATH` runs the TRL side with another
 interpreter while ours uses the current one.
+
+The SmolLM2 setting: `--model smollm2-135m-instruct` (a known name, converted in ~/.cache/agent-gym/models;
+both sides load that checkpoint) with `--dtype bfloat16`: both sides hold the weights in bf16 (ours:
+`TrainConfig.dtype`; TRL: the model loaded in bf16 and `bf16=True`), AdamW on the bf16 parameters. Each side
+also reports its process's peak RSS (`ru_maxrss`, model loading included). On a busy 2-core machine keep the
+work small, the same on both sides:
+
+    bash scripts/make_peer_venv.sh .venv-peers
+    OMP_NUM_THREADS=1 python benchmarks/trainer_vs_trl.py --trl-python .venv-peers/bin/python \
+        --model smollm2-135m-instruct --dtype bfloat16 --tasks-per-step 2 --group-size 2 \
+        --micro-batch-size 4 --max-new-tokens 32 --steps 1 --rounds 1
 """
 
 from __future__ import annotations
@@ -170,6 +181,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, float]:
         tensorboard=False,
         show_progress=False,
         torch_threads=args.threads,
+        dtype=args.dtype,
         device="cpu",
         seed=args.seed,
     )
@@ -199,6 +211,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, float]:
 
 def run_trl(args: argparse.Namespace) -> dict[str, float]:
     """TRL's `GRPOTrainer` on the same prompts and reward; times optimizer steps after one warm-up step."""
+    import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -253,7 +266,9 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
         loss_type="dapo",  # token-mean over the batch, as our aggregation="token-mean"
         scale_rewards="group",  # GRPO's std-normalised advantages, as our algo="grpo"
         max_steps=args.steps + 1,
-        bf16=False,  # TRL's default is bf16 and gradient checkpointing; we match our float32, no recompute
+        # TRL's default is bf16 autocast and gradient checkpointing; we match our dtype, no recompute. With
+        # --dtype bfloat16 the weights themselves are bf16, as ours.
+        bf16=args.dtype == "bfloat16",
         gradient_checkpointing=False,
         use_cpu=True,
         logging_steps=10_000,
@@ -263,8 +278,12 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
         seed=args.seed,
         dataloader_num_workers=0,
     )
-    model = AutoModelForCausalLM.from_pretrained(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    from agent_gym.pretrained import resolve_model
+
+    location = resolve_model(args.model)  # a known name (smollm2-135m-instruct) or a directory
+    dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(location)
     trainer = TimedGRPOTrainer(
         model=model,
         reward_funcs=reward_fn,
@@ -286,6 +305,8 @@ def _result(
     steps: int, seconds: float, tokens: int, rollout_s: float, update_s: float, reward: float, args: Any
 ) -> dict[str, float]:
     """Totals of one side's timed steps (summed over rounds by `summarize`)."""
+    import resource
+
     import torch
 
     return {
@@ -297,12 +318,13 @@ def _result(
         "reward_sum": reward * steps,
         "completions": steps * args.tasks_per_step * args.group_size,
         "torch_threads": torch.get_num_threads(),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
     }
 
 
 def summarize(runs: Sequence[dict[str, float]]) -> dict[str, float]:
     """Rates over all timed steps of all rounds of one side."""
-    total = {key: sum(run[key] for run in runs) for key in runs[0] if key != "torch_threads"}
+    total = {key: sum(run[key] for run in runs) for key in runs[0] if key not in ("torch_threads", "peak_rss_mb")}
     steps, seconds = total["steps"], total["seconds"]
     return {
         "steps": steps,
@@ -313,6 +335,7 @@ def summarize(runs: Sequence[dict[str, float]]) -> dict[str, float]:
         "update_s_per_step": total["update_s"] / steps,
         "mean_completion_tokens": total["tokens"] / total["completions"],
         "mean_reward": total["reward_sum"] / steps,
+        "peak_rss_mb": max(run.get("peak_rss_mb", 0.0) for run in runs),
     }
 
 
@@ -325,7 +348,7 @@ def _side_command(python: str, side: str, args: argparse.Namespace, out: Path) -
         "--group-size", str(args.group_size), "--max-new-tokens", str(args.max_new_tokens),
         "--micro-batch-size", str(args.micro_batch_size), "--lr", str(args.lr),
         "--temperature", str(args.temperature), "--threads", str(args.threads),
-        "--num-prompts", str(args.num_prompts), "--seed", str(args.seed),
+        "--num-prompts", str(args.num_prompts), "--seed", str(args.seed), "--dtype", args.dtype,
     ]  # fmt: skip
     command = [python, str(Path(__file__).resolve()), "--side", side, "--model", args.model]
     return [*command, "--json-out", str(out), *flags]
@@ -361,6 +384,7 @@ def print_table(results: dict[str, dict[str, float]], args: argparse.Namespace) 
         ("update s/step", "update_s_per_step", "{:.2f}", False),
         ("tokens/completion", "mean_completion_tokens", "{:.1f}", True),
         ("reward", "mean_reward", "{:.3f}", True),
+        ("peak RSS MB", "peak_rss_mb", "{:.0f}", False),
     )
     for result in results.values():
         result["seconds_per_step"] = result["seconds"] / result["steps"]
@@ -368,7 +392,8 @@ def print_table(results: dict[str, dict[str, float]], args: argparse.Namespace) 
     print(
         f"\nGRPO, {args.tasks_per_step} prompts x {args.group_size} = {batch} completions/step, "
         f"max {args.max_new_tokens} new tokens, micro-batch {args.micro_batch_size}, torch threads "
-        f"{args.threads}; {args.rounds} round(s) x {args.steps} timed steps per side, each after 1 warm-up"
+        f"{args.threads}, {args.dtype}; {args.rounds} round(s) x {args.steps} timed steps per side, each after 1 "
+        "warm-up"
     )
     header = f"{'':<12}" + "".join(f"{name:>18}" for name, *_ in columns)
     print(header)
@@ -380,7 +405,9 @@ def print_table(results: dict[str, dict[str, float]], args: argparse.Namespace) 
         ratios = [ours[key] / trl[key] if up else trl[key] / ours[key] for _, key, _, up in columns]
         print(f"{'ours vs trl':<12}" + "".join(f"{ratio:>17.2f}x" for ratio in ratios))
         ratio = ours["steps_per_s"] / trl["steps_per_s"]
-        print(f"\nsteps/s ratio {ratio:.2f}x: {'meets' if ratio >= 1.5 else 'misses'} the 1.5x target")
+        memory = ours["peak_rss_mb"] / trl["peak_rss_mb"]
+        print(f"\nsteps/s ratio {ratio:.2f}x: {'meets' if ratio >= 3 else 'misses'} the 3x goal (issue 18)")
+        print(f"peak RSS ours / trl {memory:.2f}: {'meets' if memory <= 0.5 else 'misses'} the <= 1/2 goal")
     for side, result in results.items():
         rollout = result["rollout_s_per_step"] / result["seconds_per_step"]
         print(
@@ -406,6 +433,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch threads on each side")
     parser.add_argument("--num-prompts", type=int, default=256, help="distinct prompts in the pool")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="both sides")
+    parser.add_argument("--json-summary", help="(driver) write both sides' summaries and the settings here")
     parser.add_argument("--trl-python", default=sys.executable, help="interpreter that has TRL installed")
     parser.add_argument("--json-out", help="(side runs) write the result here")
     args = parser.parse_args(argv)
@@ -441,6 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.side in ("both", "trl") and not _has_trl(args.trl_python):
         print(f"TRL is not importable by {args.trl_python}; set up its venv as this script's docstring says.")
         return 2
+    print(subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip(), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-trainer-vs-trl-") as name:
         workdir = Path(name)
         if args.model is None:
@@ -460,6 +490,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("steps/s ratio per round: " + ", ".join(f"{ratio:.2f}x" for ratio in per_round))
     results = {side: summarize(side_runs) for side, side_runs in runs.items()}
     print_table(results, args)
+    print(subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip())
+    if args.json_summary:
+        settings = {key: value for key, value in vars(args).items() if key != "scratch"}
+        Path(args.json_summary).write_text(json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
     return 0
 
 
