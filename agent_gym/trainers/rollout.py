@@ -188,7 +188,7 @@ class RolloutCollector:
         progress = tqdm(
             total=len(pending), desc="rollout", unit="ep", disable=not self.config.show_progress, leave=False
         )
-        round_index = 0
+        round_index = tokens = 0
         try:
             while pending or active:
                 starting = []
@@ -211,11 +211,15 @@ class RolloutCollector:
                     stop_strings=sorted({stop for episode in active for stop in episode.stop_strings}),
                     seed=None if seed is None else seed + round_index,
                 )
+                # episodes mostly end together, so the count alone sits at 0 for minutes on a CPU: show the turn
+                progress.set_postfix_str(f"turn {round_index + 1} of {len(active)} episodes, {tokens} tokens")
                 generations = self.backend.generate(
                     [episode.samples[-1].prompt_ids + episode.samples[-1].response_ids for episode in active],
                     params,
                 )
                 round_index += 1
+                tokens += sum(len(generation.token_ids) for generation in generations)
+                progress.set_postfix_str(f"turn {round_index} done, {tokens} tokens")
                 stepping = [
                     episode
                     for episode, generation in zip(active, generations, strict=True)
