@@ -419,25 +419,33 @@ def plot_curves(out: Path, records: Sequence[dict[str, Any]], warm: dict[str, An
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    styles = ("-", "--", "-.", ":")
+    markers = "os^vD<>"
     for key, axis, title in (("em_curve", axes[0], "held-out greedy EM"), ("reward_curve", axes[1], "train reward"),
                              ("entropy_curve", axes[2], "entropy (model tokens)")):
         by_variant: dict[str, list[dict[int, float]]] = {}
         for record in records:
             by_variant.setdefault(record["run"].rsplit("-s", 1)[0], []).append(dict(record[key]))
-        for name, curves in by_variant.items():
+        for index, (name, curves) in enumerate(by_variant.items()):
             steps = sorted(set.intersection(*(set(curve) for curve in curves)))
             if not steps:
                 continue
             values = np.array([[curve[step] for step in steps] for curve in curves])
-            axis.plot(steps, values.mean(0), label=VARIANTS[name].label)
-            axis.fill_between(steps, values.min(0), values.max(0), alpha=0.2)
+            # a style and marker each, on top of every band: variants whose means coincide stay visible
+            line, = axis.plot(steps, values.mean(0), label=VARIANTS[name].label, linestyle=styles[index % 4],
+                              marker=markers[index % len(markers)], markersize=3, zorder=3)
+            axis.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.12, zorder=1)
         if key == "em_curve":
-            axis.axhline(warm["greedy"]["em"], color="grey", linestyle="--", label="warm start")
+            axis.axhline(warm["greedy"]["em"], color="grey", linestyle="--", label="warm start", zorder=2)
         axis.set_title(title)
         axis.set_xlabel("RL step")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    # one legend below the panels: inside the EM panel it covered the curves
+    handles, labels = axes[0].get_legend_handles_labels()
+    columns = min(len(labels), 4) or 1
+    legend_rows = -(-len(labels) // columns)
+    fig.legend(handles, labels, loc="lower center", ncol=columns, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.045 * legend_rows + 0.02, 1, 1))
     fig.savefig(out / "curves.png", dpi=80)
     plt.close(fig)
 

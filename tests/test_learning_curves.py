@@ -1,0 +1,48 @@
+"""docs/results/curves.png: the legend sits below the panels, clear of the curves, and every variant shows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _learning_module():
+    spec = importlib.util.spec_from_file_location("learning_experiment", ROOT / "experiments" / "learning.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_legend_covers_no_panel_and_each_band_has_its_lines_colour(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = json.loads((ROOT / "docs" / "results" / "learning.json").read_text())
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to inspect it
+    _learning_module().plot_curves(tmp_path, records, {"greedy": {"em": 0.185}})
+    [figure] = figures
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    assert all(axis.get_legend() is None for axis in figure.axes) and len(figure.legends) == 1
+    legend = figure.legends[0].get_window_extent(renderer)
+    for axis in figure.axes:
+        assert not legend.overlaps(axis.get_window_extent(renderer)), "the legend covers a panel"
+    em = figure.axes[0]
+    labels = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert "GRPO" in " ".join(labels) and "warm start" in labels
+    styles = {(line.get_linestyle(), line.get_marker()) for line in em.get_lines() if line.get_label() != "warm start"}
+    assert len(styles) == len(em.get_lines()) - 1  # no two variants drawn alike
+    for line, band in zip([line for line in em.get_lines() if line.get_label() != "warm start"], em.collections,
+                          strict=True):
+        assert matplotlib.colors.same_color(line.get_color(), band.get_facecolor()[0][:3])
+
+
