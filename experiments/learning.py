@@ -432,9 +432,12 @@ def plot_curves(out: Path, records: Sequence[dict[str, Any]], warm: dict[str, An
             if not steps:
                 continue
             values = np.array([[curve[step] for step in steps] for curve in curves])
-            # a style and marker each, on top of every band: variants whose means coincide stay visible
+            # a style and marker each, above every band, and earlier variants wider: where two means coincide
+            # (GRPO's EM and its advantage-mask ablation's), the later line is drawn inside the earlier one
+            wider = len(by_variant) - 1 - index
             line, = axis.plot(steps, values.mean(0), label=VARIANTS[name].label, linestyle=styles[index % 4],
-                              marker=markers[index % len(markers)], markersize=3, zorder=3)
+                              marker=markers[index % len(markers)], markersize=3 + 0.4 * wider,
+                              linewidth=1.2 + 0.35 * wider, zorder=3)
             axis.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.12, zorder=1)
         if key == "em_curve":
             axis.axhline(warm["greedy"]["em"], color="grey", linestyle="--", label="warm start", zorder=2)

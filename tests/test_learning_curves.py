@@ -41,8 +41,8 @@ def test_the_legend_covers_no_panel_and_each_band_has_its_lines_colour(tmp_path:
     assert "GRPO" in " ".join(labels) and "warm start" in labels
     styles = {(line.get_linestyle(), line.get_marker()) for line in em.get_lines() if line.get_label() != "warm start"}
     assert len(styles) == len(em.get_lines()) - 1  # no two variants drawn alike
+    widths = [line.get_linewidth() for line in em.get_lines() if line.get_label() != "warm start"]
+    assert widths == sorted(widths, reverse=True) and len(set(widths)) == len(widths)  # coinciding means both show
     for line, band in zip([line for line in em.get_lines() if line.get_label() != "warm start"], em.collections,
                           strict=True):
         assert matplotlib.colors.same_color(line.get_color(), band.get_facecolor()[0][:3])
-
-
