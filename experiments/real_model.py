@@ -99,7 +99,8 @@ def warm_start(args: argparse.Namespace, name: str, timings: Timings) -> Path:
     return out_dir
 
 
-def model_naive_rag(model: str | Path, episodes: int, env_kwargs: dict[str, Any]) -> dict[str, float]:
+def model_naive_rag(model: str | Path, episodes: int, env_kwargs: dict[str, Any], env_id: str = ENV_ID
+                    ) -> dict[str, float]:
     """Naive RAG with the model (the paper's baseline): the question searched once, then the model's answer turn."""
     import gymnasium as gym
     import torch
@@ -113,15 +114,15 @@ def model_naive_rag(model: str | Path, episodes: int, env_kwargs: dict[str, Any]
     loaded, tokenizer = load_model_and_tokenizer(model, dtype=torch.bfloat16)
     policy = ModelNaiveRAGPolicy(ModelPolicy(loaded, tokenizer, max_new_tokens=MAX_NEW_TOKENS,
                                              max_context_tokens=2048))
-    env = gym.make(ENV_ID, **{**env_kwargs, "max_turns": 2})
+    env = gym.make(env_id, **{**env_kwargs, "max_turns": 2})
     records = evaluate(env, policy, episodes, progress=False)
     env.close()
-    return {"em": statistics.mean(r.em for r in records), "episodes": len(records),
-            "searches": statistics.mean(r.tool_calls for r in records)}
+    return {"em": statistics.mean(r.em for r in records), "f1": statistics.mean(r.f1 for r in records),
+            "episodes": len(records), "searches": statistics.mean(r.tool_calls for r in records)}
 
 
 def heldout(model: str | Path | None, temperature: float, episodes: int, env_kwargs: dict[str, Any],
-            seed: int = 0, policy: str = "") -> dict[str, float]:
+            seed: int = 0, policy: str = "", env_id: str = ENV_ID) -> dict[str, float]:
     """EM of a model (``model``: a name, a checkpoint or an adapter directory; batched rollouts in bf16) or of a
     scripted ``policy`` on the first ``episodes`` held-out questions. ``multihop``: share of episodes with more
     than one search; ``searches``: mean searches per episode."""
@@ -133,7 +134,7 @@ def heldout(model: str | Path | None, temperature: float, episodes: int, env_kwa
         from agent_gym.evaluation import evaluate
         from agent_gym.policies import make_policy
 
-        env = gym.make(ENV_ID, **env_kwargs)
+        env = gym.make(env_id, **env_kwargs)
         records = evaluate(env, make_policy(policy, seed=seed), episodes, seed=seed, progress=False)
         env.close()
         return {"em": statistics.mean(r.em for r in records), "episodes": len(records),
@@ -146,7 +147,7 @@ def heldout(model: str | Path | None, temperature: float, episodes: int, env_kwa
     from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
     loaded, tokenizer = load_model_and_tokenizer(model, dtype=torch.bfloat16)
-    envs = [gym.make(ENV_ID, **env_kwargs) for _ in range(min(32, episodes))]
+    envs = [gym.make(env_id, **env_kwargs) for _ in range(min(32, episodes))]
     config = RolloutConfig(max_new_tokens=MAX_NEW_TOKENS, max_context_tokens=2048, temperature=temperature or 1.0,
                            show_progress=False)
     collector = RolloutCollector(envs, TransformersBackend(loaded, tokenizer), tokenizer, config)
@@ -154,20 +155,25 @@ def heldout(model: str | Path | None, temperature: float, episodes: int, env_kwa
     trajectories = collector.collect(specs, group_size=1, greedy=temperature == 0, seed=seed)
     collector.close()
     firsts = [t for t in trajectories if t.info.get("sample_index", 0) == 0]
-    calls = [float(len(t.info.get("tool_calls") or ())) for t in firsts]
-    return {"em": statistics.mean(float(t.info.get("em", 0.0)) for t in firsts), "episodes": len(firsts),
+    calls = [float(t.info["episode_tool_calls"]) for t in firsts]
+    return {"em": statistics.mean(float(t.info.get("em", 0.0)) for t in firsts),
+            "f1": statistics.mean(float(t.info.get("f1", 0.0)) for t in firsts), "episodes": len(firsts),
             "turns": statistics.mean(t.info["turns"] for t in firsts), "searches": statistics.mean(calls),
             "multihop": statistics.mean(float(c > 1) for c in calls)}
 
 
-def check_warm_start(args: argparse.Namespace, name: str, model: Path, timings: Timings) -> dict[str, Any]:
-    """Stage 3: held-out EM of a warm start, 1-hop and 2-hop, greedy and sampled (cached in OUT)."""
+MEASURES = {"greedy_1hop": (0.0, 1, 0), "greedy_2hop": (0.0, 2, 0), "sampled_2hop": (1.0, 2, 1),
+            "sampled_1hop": (1.0, 1, 1)}  # key: (temperature, hops, seed)
+
+
+def check_warm_start(args: argparse.Namespace, name: str, model: Path, timings: Timings,
+                     keys: Sequence[str] = tuple(MEASURES)) -> dict[str, Any]:
+    """Stage 3: held-out EM of a warm start (or a trained run), 1-hop and 2-hop, greedy and sampled (cached)."""
     path = Path(args.out) / f"{name}_eval.json"
     result: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     n = args.eval_episodes
-    measures = {"greedy_1hop": (0.0, 1, 0), "greedy_2hop": (0.0, 2, 0), "sampled_2hop": (1.0, 2, 1),
-                "sampled_1hop": (1.0, 1, 1)}
-    for key, (temperature, hops, seed) in measures.items():
+    for key in keys:
+        temperature, hops, seed = MEASURES[key]
         if key in result:
             continue
         started = time.perf_counter()
@@ -188,7 +194,7 @@ def train_command(args: argparse.Namespace, warm: Path, variant: Variant, seed: 
         "--seed", str(seed), "--total-steps", str(args.steps),
         "--tasks-per-step", str(args.tasks_per_step), "--group-size", str(args.group_size),
         "--lr", str(args.lr), "--temperature", "1.0", "--max-new-tokens", str(MAX_NEW_TOKENS),
-        "--max-context-tokens", "2048",
+        "--max-context-tokens", "2048", "--micro-batch-size", str(args.micro_batch_size),
         # No reference model: the KL term (verl's 0.001) is negligible here and costs a forward pass.
         "--kl-coef", "0",
         "--eval-every", str(args.eval_every), "--eval-episodes", str(args.curve_episodes),
@@ -262,6 +268,38 @@ def baselines(args: argparse.Namespace, timings: Timings) -> dict[str, Any]:
     return result
 
 
+SHARED_DATA = ROOT.parent / "shared" / "data"
+# Table 3's datasets: the samples in ../shared/data, BM25 over each split's own paragraphs, 3 hits a search.
+TRANSFER = {
+    "HotpotQA": ("AgentR1-HotpotQA-v0", "hotpotqa/hotpot_dev_distractor_v1.sample297.json.xz"),
+    "2Wiki": ("AgentR1-2WikiMultihopQA-v0", "2wikimultihopqa/dev.sample657.json.xz"),
+    "MuSiQue": ("AgentR1-Musique-v0", "musique/musique_ans_v1.0_dev.sample200.jsonl.xz"),
+}
+
+
+def transfer(args: argparse.Namespace, agents: dict[str, dict[str, Any]], timings: Timings) -> dict[str, Any]:
+    """Stage 8: each agent, greedy, on the first ``--transfer-episodes`` questions of each real dataset sample
+    (zero-shot transfer: no agent saw these questions or their wording); EM and F1 (cached in OUT)."""
+    path = Path(args.out) / "transfer.json"
+    result: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    for dataset, (env_id, data_file) in TRANSFER.items():
+        env_kwargs = {"split": "dev", "data_path": str(SHARED_DATA / data_file), "retriever": "bm25", "top_k": 3,
+                      "max_turns": 4}
+        for label, agent in agents.items():
+            key = f"{label} | {dataset}"
+            if key in result or not (SHARED_DATA / data_file).is_file():
+                continue
+            started = time.perf_counter()
+            if agent.get("naive_rag"):
+                result[key] = model_naive_rag(agent["model"], args.transfer_episodes, env_kwargs, env_id)
+            else:
+                result[key] = heldout(agent["model"], 0.0, args.transfer_episodes, env_kwargs, env_id=env_id)
+            path.write_text(json.dumps(result, indent=2))
+            print(f"transfer {key}: {json.dumps(result[key])}", flush=True)
+            timings.record(f"transfer {key}", time.perf_counter() - started)
+    return result
+
+
 # ---------------------------------------------------------------------------------------------- summary
 
 
@@ -311,6 +349,25 @@ def summarize(args: argparse.Namespace, variants: Sequence[str]) -> list[dict[st
     return records
 
 
+def publish_adapter(source: Path, name: str) -> Path:
+    """Copy an adapter to experiments/checkpoints/NAME with bf16 weights (half the bytes; peft loads them back into
+    fp32 adapters), so `--model smollm2-135m-instruct --adapter DIR` plays it (the tokenizer is the base's)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    target = ROOT / "experiments" / "checkpoints" / name
+    target.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        if item.name == "adapter_model.safetensors":
+            tensors = {key: value.to(torch.bfloat16) for key, value in load_file(str(item)).items()}
+            save_file(tensors, str(target / item.name), metadata={"format": "pt"})
+        elif item.name == "adapter_config.json" or item.name.endswith("summary.json"):
+            shutil.copy(item, target / item.name)  # the tokenizer is the base model's: loaded from the name
+    return target
+
+
 def publish(out: Path, records: list[dict[str, Any]]) -> None:
     """Merge the records into docs/results/learning.json, keeping the from-scratch ones (``tiny-scratch``)."""
     path = ROOT / "docs" / "results" / "learning.json"
@@ -338,13 +395,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--sft-episodes", type=int, default=160)
     parser.add_argument("--sft-lr", type=float, default=5e-4)
-    parser.add_argument("--steps", type=int, default=40, help="RL steps per run")
+    parser.add_argument("--steps", type=int, default=30, help="RL steps per run")
     parser.add_argument("--tasks-per-step", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=5e-5, help="RL learning rate (LoRA)")
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=1e-4, help="RL learning rate (LoRA)")
+    parser.add_argument("--micro-batch-size", type=int, default=2,
+                        help="episodes per forward/backward (8 of ~830 tokens took 15 GB: two runs were OOM-killed)")
     parser.add_argument("--eval-every", type=int, default=10, help="RL steps between curve points")
-    parser.add_argument("--curve-episodes", type=int, default=64, help="held-out questions per curve point")
+    parser.add_argument("--curve-episodes", type=int, default=32, help="held-out questions per curve point")
     parser.add_argument("--eval-episodes", type=int, default=200, help="held-out questions of each final eval")
+    parser.add_argument("--transfer-episodes", type=int, default=100,
+                        help="questions of each real dataset sample in the transfer table")
     args = parser.parse_args(argv)
     import os
 
@@ -361,18 +422,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if is_known_model(args.model):
         get_model(args.model)
         timings.record("model get", time.perf_counter() - started)
-    warm = {}
-    # --stage warm does only --warm's, so two processes can build the two warm starts side by side.
-    for name in [args.warm] if args.stage == "warm" else [args.warm, *sorted(set(WARM_STARTS) - {args.warm})]:
-        warm[name] = warm_start(args, name, timings)
-        print(f"warm start {name}:", json.dumps(check_warm_start(args, name, warm[name], timings)), flush=True)
+    # RL needs only --warm's warm start; the other is measured after the grid (or beside it: `--stage warm --warm
+    # NAME` in a second process builds and checks one warm start alone).
+    warm = warm_start(args, args.warm, timings)
+    needed = tuple(MEASURES) if args.stage == "warm" else ("greedy_1hop", "greedy_2hop", "sampled_2hop")
+    print(f"warm start {args.warm}:", json.dumps(check_warm_start(args, args.warm, warm, timings, needed)),
+          flush=True)
     if args.stage == "warm":
         return 0
     variants = GROUPS[args.only]
-    run_rl(args, warm[args.warm], variants, timings)
+    run_rl(args, warm, variants, timings)
     final_evals(args, variants, timings)
+    for name in WARM_STARTS:
+        check_warm_start(args, name, warm_start(args, name, timings), timings)
     if args.only == "all":
         baselines(args, timings)
+        agents = {"zero-shot": {"model": args.model}, "naive RAG": {"model": args.model, "naive_rag": True},
+                  f"warm start ({args.warm})": {"model": warm}}
+        for name in ("grpo_dense", "grpo"):  # the RL agent: seed 0 of the first GRPO run that finished
+            if finished(run_dir(args, name, 0)):
+                agents[f"RL ({VARIANTS[name].label}, seed 0)"] = {"model": run_dir(args, name, 0) / "final"}
+                break
+        transfer(args, agents, timings)
     records = summarize(args, variants)
     publish(out, records)
     return 0

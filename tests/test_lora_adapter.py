@@ -130,3 +130,27 @@ def test_model_naive_rag_searches_the_question_once_then_the_model_answers(tiny_
     policy.act(observation, info)
     assert policy.generated_tokens > generated_before  # the model writes turn 2
     env.close()
+
+
+def test_eval_and_play_take_a_model_with_an_adapter_and_eval_runs_its_naive_rag(
+    tiny_model_dir_for_synthhop: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from agent_gym.cli import main
+
+    _trained_adapter(tiny_model_dir_for_synthhop).save_pretrained(tmp_path / "adapter")
+    settings = ["--env-kwargs", json.dumps(TINY_SYNTHHOP), "--max-new-tokens", "6"]
+    out = tmp_path / "naive.jsonl"
+    assert main(["eval", "AgentR1-SynthHop-v0", "--model", str(tiny_model_dir_for_synthhop), "--adapter",
+                 str(tmp_path / "adapter"), "--naive-rag", "--max-turns", "2", "--episodes", "2", "--out", str(out),
+                 "--no-progress", *settings]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 2 and all(r["tool_calls"] >= 1 and r["turns"] <= 2 for r in records)
+    assert "+adapter naive-rag" in capsys.readouterr().out
+    assert main(["play", "AgentR1-SynthHop-v0", "--model", str(tiny_model_dir_for_synthhop), "--adapter",
+                 str(tmp_path / "adapter"), *settings]) == 0
+    shown = capsys.readouterr().out
+    assert f"== {tiny_model_dir_for_synthhop} ==" in shown and "episode over" in shown
+    assert main(["eval", "AgentR1-SynthHop-v0", "--adapter", str(tmp_path / "adapter")]) == 2
+    assert "need --model" in capsys.readouterr().err

@@ -112,6 +112,12 @@ def run_bench(args: argparse.Namespace) -> int:
     runnable_llms = [name for name in libraries if name in LLM_LIBRARIES and _installed(name, args.peer_python) is None]
     if model is None and runnable_llms:
         model = str(_build_default_model(args.env, env_kwargs, out, args.sft_episodes))
+    elif model is not None and runnable_llms:
+        from agent_gym.cli_args import user_errors
+        from agent_gym.pretrained import PretrainedModelError, resolve_model
+
+        with user_errors(PretrainedModelError):
+            model = resolve_model(model)  # a known name (smollm2-135m-instruct) becomes its converted checkpoint
     settings = BenchSettings(
         env_id=args.env, env_kwargs=env_kwargs, eval_env_kwargs=eval_env_kwargs, episodes=args.episodes,
         eval_every=args.eval_every, eval_tasks=args.eval_tasks, model=model or "", tasks_per_step=args.tasks_per_step,

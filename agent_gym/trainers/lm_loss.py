@@ -44,7 +44,21 @@ def weighted_lm_loss(model: torch.nn.Module, rows: Sequence[WeightedRow], pad_id
         input_ids[index, :length] = torch.tensor(row.input_ids[:length])
         weights[index, :length] = torch.tensor(row.weights[:length])
     input_ids, weights = input_ids.to(device), weights.to(device)
-    logits = model(input_ids=input_ids).logits[:, :-1].float()
-    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1), reduction="none")
-    target_weights = weights[:, 1:].reshape(-1)  # the weight of predicting token t sits at t
+    # Only positions that predict a weighted token go through the LM head: an agent's context is mostly prompt and
+    # tool output, and full-vocabulary logits of every position dominated SFT's memory (9 GB for 4 SmolLM2 rows).
+    positions = (weights[:, 1:] > 0).any(0).nonzero().squeeze(-1)
+    if _supports_logits_to_keep(model):
+        logits = model(input_ids=input_ids, logits_to_keep=positions).logits.float()
+    else:
+        logits = model(input_ids=input_ids).logits[:, positions].float()
+    targets, target_weights = input_ids[:, positions + 1], weights[:, positions + 1]  # predicting t+1 from t
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+    target_weights = target_weights.reshape(-1)
     return (nll * target_weights).sum() / target_weights.sum().clamp(min=1e-9)
+
+
+def _supports_logits_to_keep(model: torch.nn.Module) -> bool:
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # see through PEFT
+    return "logits_to_keep" in inspect.signature(base.forward).parameters

@@ -99,16 +99,18 @@ class ModelPolicy:
         self._acts = 0
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, **kwargs: Any) -> ModelPolicy:
-        """Load a model directory (ours from `agent-gym model init` / `sft` / `train`, or a HF checkpoint), or a
-        training run's directory (its ``final/``). ``select="value"`` loads the critic saved beside the policy."""
+    def from_pretrained(cls, path: str | Path, adapter: str | Path | None = None, dtype: torch.dtype = torch.float32,
+                        **kwargs: Any) -> ModelPolicy:
+        """Load a model directory (ours from `agent-gym model init` / `sft` / `train`, a known name such as
+        ``smollm2-135m-instruct``, or a HF checkpoint), or a training run's directory (its ``final/``), with an
+        optional LoRA ``adapter`` merged in. ``select="value"`` loads the critic saved beside the policy."""
         from agent_gym.trainers.critic import CRITIC_FILE, ValueModel
-        from agent_gym.trainers.model_init import load_model_and_tokenizer
+        from agent_gym.trainers.model_init import ADAPTER_CONFIG, load_model_and_tokenizer
 
         path = Path(path)
-        if (path / "final" / "config.json").is_file():
+        if any((path / "final" / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):
             path = path / "final"
-        model, tokenizer = load_model_and_tokenizer(path)
+        model, tokenizer = load_model_and_tokenizer(path, dtype=dtype, adapter=adapter)
         if kwargs.get("select") == "value" and kwargs.get("candidates", 1) > 1 and kwargs.get("critic") is None:
             if not (path / CRITIC_FILE).is_file():
                 raise ModelPolicyError(f"{path} has no {CRITIC_FILE}: value-guided decoding needs the critic of a "

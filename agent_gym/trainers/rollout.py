@@ -427,6 +427,7 @@ def _episode_info(episode: _Episode) -> dict[str, Any]:
     for key in ("reward_components", "answer", "gold_answers", "tool_calls"):
         if key in last:
             info[key] = last[key]
+    info["episode_tool_calls"] = episode.tool_calls  # every turn's calls ("tool_calls" holds the last step's)
     if episode.tool_calls:
         info["tool_call_validity"] = episode.tool_calls_ok / episode.tool_calls
     components = last.get("reward_components") or {}
