@@ -261,6 +261,45 @@ def test_eval_output_file_names_have_no_colon(tmp_path: Path, monkeypatch: pytes
     assert written == ["eval-agent_gym_AgentR1-Calculator-v0-random.jsonl"]
 
 
+def test_evals_with_other_env_kwargs_write_other_files_and_keep_the_run_column_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    long_text = "Answer " + "very " * 40 + "carefully."
+    for hops in (1, 2):
+        assert main(["eval", "AgentR1-SynthHop-v0", "--policy", "naive-rag", "--episodes", "1", "--no-progress",
+                     *SMALL_WORLD_ARGS, "--env-kwarg", f"hops={hops}",
+                     "--env-kwarg", f"instruction={long_text}"]) == 0
+    written = sorted(path.name for path in (tmp_path / "runs").iterdir())
+    assert len(written) == 2 and all("hops" in name for name in written)  # the second did not overwrite the first
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| naive-rag")]
+    assert len(rows) == 2 and all(len(row.split(" | ")[0]) <= 64 for row in rows)
+
+
+def test_short_settings_names_each_setting_within_the_limit() -> None:
+    from agent_gym.eval_output import short_settings
+
+    text = short_settings({"data_path": "/home/me/" + "deep/" * 30 + "hotpot_dev.json", "hops": 3})
+    assert text.startswith("data_path=hotpot_dev.json") and "hops=3" in text and len(text) <= 48
+
+
+@pytest.mark.slow
+def test_evals_of_two_models_in_folders_of_the_same_name_write_two_files(
+    tiny_model_dir_for_synthhop: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from conftest import TINY_SYNTHHOP
+
+    for run in ("a", "b"):
+        shutil.copytree(tiny_model_dir_for_synthhop, tmp_path / run / "final")
+    monkeypatch.chdir(tmp_path)
+    for run in ("a", "b"):
+        assert main(["eval", "AgentR1-SynthHop-v0", "--model", f"{run}/final", "--episodes", "1", "--no-progress",
+                     "--max-new-tokens", "4", "--env-kwargs", json.dumps(TINY_SYNTHHOP)]) == 0
+    assert len(list((tmp_path / "runs").iterdir())) == 2
+
+
 # ---------------------------------------------------------------------------------------------- env kwargs
 
 

@@ -312,6 +312,14 @@ class TrainConfig:
             "path."
         ),
     )
+    overwrite: bool = field(
+        default=False,
+        metadata=_help(
+            "Start a new run in output_dir even if it holds one (resume auto then continues nothing), deleting "
+            "the old run's checkpoints/, metrics.jsonl, tensorboard/ and final/ first. Without it, a run that "
+            "does not continue the one in a non-empty output_dir is refused."
+        ),
+    )
     seed: int = field(default=0, metadata=_help("Seed of torch, numpy, random and the task sampler."))
     show_progress: bool = field(
         default=True, metadata=_help("Show tqdm progress bars (training steps and each rollout).")

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from agent_gym.trainers.checkpoint import (
+    CheckpointError,
     capture_rng_state,
     latest_checkpoint,
     load_checkpoint,
@@ -38,10 +39,15 @@ from agent_gym.trainers.copy_drills import DRILL_FORMS, DrillSource
 from agent_gym.trainers.copy_skill import copy_skill
 from agent_gym.trainers.induction import induction_rows, induction_vocab, install_previous_token_head
 from agent_gym.trainers.lm_loss import WeightedRow, weighted_lm_loss
-from agent_gym.trainers.metrics import MetricsLogger
+from agent_gym.trainers.metrics import METRICS_FILE, MetricsLogger
+from agent_gym.trainers.run_dir import RunDirectoryError, check_run_dir, clear_run_dir
 from agent_gym.trainers.threads import DEFAULT_TORCH_THREADS
 
 __all__ = ["PretrainConfig", "Pretrainer", "add_pretrain_arguments", "run_pretrain"]
+
+
+# What a run writes in its output_dir: deleted by --overwrite, so nothing of the old run survives into the new.
+_RUN_FILES = ("checkpoints", METRICS_FILE, "final")
 
 
 def _help(text: str) -> dict[str, str]:
@@ -61,6 +67,12 @@ class PretrainConfig:
 
     model: str = field(default="", metadata=_help("Model directory to start from (`agent-gym model init`)."))
     output_dir: str = field(default="runs/pretrain", metadata=_help("Run directory: checkpoints, metrics, final/."))
+    overwrite: bool = field(
+        default=False,
+        metadata=_help("Start a new run in output_dir even if it holds one, deleting the old run's checkpoints/, "
+                       "metrics.jsonl and final/ first. Without it, a non-empty output_dir with no checkpoint to "
+                       "continue is refused."),
+    )
     env_id: str = field(default="AgentR1-SynthHop-v0", metadata=_help("Env the drills are played in."))
     env_kwargs: dict[str, Any] = field(
         default_factory=lambda: dict(DRILL_ENV_KWARGS), metadata=_help("gymnasium.make kwargs of drill envs; JSON.")
@@ -178,6 +190,7 @@ class Pretrainer:
                                            betas=(0.9, config.adam_beta2))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: _lr_factor(step, config))
         self.step = 0
+        self._resumed: bool | None = None  # set once the run directory is checked
 
     def rows(self, step: int) -> list[WeightedRow]:
         """The batch of ``step``: a function of (seed, step) alone."""
@@ -252,16 +265,39 @@ class Pretrainer:
                                keep=self.config.keep_checkpoints)
 
     def _resume(self) -> bool:
-        path = latest_checkpoint(self.output_dir)
-        if path is None:
-            return False
-        state = load_checkpoint(path)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        restore_rng_state(state["rng"])
-        self.step = int(state["step"])
-        return True
+        """Continue the run in output_dir if it has a checkpoint of this run; refuse another run's files."""
+        if self._resumed is not None:
+            return self._resumed
+        path = None if self.config.overwrite else latest_checkpoint(self.output_dir)
+        state = load_checkpoint(path) if path is not None else None
+        if state is not None:
+            self._check_resumable(path, state)
+        check_run_dir(self.output_dir, continuing=state is not None, overwrite=self.config.overwrite,
+                      fresh_flag="--output-dir")
+        if state is None:
+            clear_run_dir(self.output_dir, _RUN_FILES)
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            restore_rng_state(state["rng"])
+            self.step = int(state["step"])
+        self._resumed = state is not None
+        return self._resumed
+
+    def _check_resumable(self, path: Path, state: dict[str, Any]) -> None:
+        saved = state.get("config", {})
+        for key in ("model", "env_id", "policy", "seed"):
+            if key in saved and saved[key] != getattr(self.config, key):
+                raise CheckpointError(
+                    f"{path} was saved by a run with {key}={saved[key]!r}, not {getattr(self.config, key)!r}; "
+                    "pass --overwrite to replace that run, or a fresh --output-dir"
+                )
+        if int(state["step"]) > self.config.total_steps:
+            raise CheckpointError(
+                f"{path} is at step {state['step']}, past induction_steps + drill_steps = {self.config.total_steps}; "
+                "raise them to continue it, or start a new run (--overwrite, or a fresh --output-dir)"
+            )
 
     def save_final(self) -> Path:
         """The model and tokenizer as a Hugging Face directory: ``output_dir/final``."""
@@ -286,7 +322,12 @@ def run_pretrain(ns: argparse.Namespace) -> int:
         pretrainer = Pretrainer(config)
     except (ConfigError, ModelInitError) as error:
         raise UsageError(str(error)) from None
-    scores = pretrainer.train()
+    try:
+        if pretrainer._resume():
+            print(f"resumed from step {pretrainer.step}", flush=True)
+        scores = pretrainer.train()
+    except (CheckpointError, RunDirectoryError) as error:
+        raise UsageError(str(error)) from None
     summary = json.dumps({key: round(value, 3) for key, value in scores.items() if key.endswith("exact")})
     print(f"pretrained {config.total_steps} steps; copy skill {summary}; saved to {Path(config.output_dir) / 'final'}")
     return 0

@@ -128,6 +128,26 @@ def _lr_factor(step: int, config: SFTConfig, steps: int) -> float:
     return min(1.0, (step + 1) / max(1, config.warmup_steps)) * 0.5 * (1 + math.cos(math.pi * min(step, steps) / steps))
 
 
+# Settings that decide a run's batches and updates: a checkpoint is continued only by a run with the same.
+_RUN_KEYS = ("epochs", "lr", "batch_size", "max_length", "seed", "lora_rank", "lora_alpha", "drill_tokens",
+             "drill_weight")
+
+
+def _run_identity(config: SFTConfig, examples: int) -> dict[str, Any]:
+    return {**{key: getattr(config, key) for key in _RUN_KEYS if hasattr(config, key)}, "examples": examples}
+
+
+def _check_same_run(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    from agent_gym.trainers.checkpoint import CheckpointError
+
+    for key, value in saved.items():
+        if key in current and current[key] != value:
+            raise CheckpointError(
+                f"{path} was saved by an sft run with {key}={value!r}, not {current[key]!r}; continuing it with "
+                "these settings would mix two runs: pass --overwrite to replace it, or a fresh --out"
+            )
+
+
 def train_sft(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -170,13 +190,17 @@ def train_sft(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config, steps))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     step = 0
+    run = _run_identity(config, len(rows))
     checkpoint = latest_checkpoint(output_dir) if output_dir is not None else None
     if checkpoint is not None:
         state = load_checkpoint(checkpoint)
+        _check_same_run(checkpoint, state.get("run", {}), run)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["scheduler"])
         step = int(state["step"])
+        if show_progress:
+            tqdm.write(f"resumed from step {step} ({checkpoint})")
     model.train()
     losses: list[float] = []
     progress = tqdm(total=steps, initial=step, desc="sft", unit="step", disable=not show_progress)
@@ -198,7 +222,7 @@ def train_sft(
         progress.set_postfix(loss=f"{losses[-1]:.3f}")
         if output_dir is not None and config.save_every and step % config.save_every == 0 and step < steps:
             state = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                     "scheduler": schedule.state_dict()}
+                     "scheduler": schedule.state_dict(), "run": run}
             save_checkpoint(output_dir, step, state, keep=config.keep_checkpoints)
     progress.close()
     model.eval()
@@ -217,6 +241,10 @@ def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="naive-rag", help="scripted policy name (agent_gym.policies)")
     parser.add_argument("--model", required=True, help="model directory to start from (agent-gym model init)")
     parser.add_argument("--out", required=True, help="where to save the fine-tuned model")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new run in OUT even if it holds one, deleting the old run's model, checkpoints "
+                             "and summary first (without it, a non-empty OUT with no checkpoint to continue is "
+                             "refused)")
     parser.add_argument("--episodes", type=int, default=256, help="scripted episodes to imitate")
     parser.add_argument("--task-offset", type=int, default=0, help="first task index to play")
     parser.add_argument(
@@ -248,14 +276,27 @@ def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drill-fresh-start", type=int, default=2_000_000, help="first value of it")
 
 
+# What a run writes in --out (the files of save_pretrained, LoRA's included): --overwrite deletes them, so an
+# old run's weights or adapter never sit beside the new run's.
+_RUN_FILES = ("checkpoints", "sft_summary.json", "config.json", "generation_config.json", "*.safetensors",
+              "*.safetensors.index.json", "pytorch_model*.bin", "adapter_config.json", "tokenizer*",
+              "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja")
+
+
 def run_sft(ns: argparse.Namespace) -> int:
     """Entry point of `agent-gym sft`; returns an exit code."""
     from agent_gym.cli_args import UsageError, env_kwargs_from_args, make_env, user_errors
     from agent_gym.policies import PolicyError, make_policy
+    from agent_gym.trainers.checkpoint import CheckpointError, latest_checkpoint
+    from agent_gym.trainers.run_dir import RunDirectoryError, check_run_dir, clear_run_dir
 
     env_kwargs = env_kwargs_from_args(ns)
     if ns.episodes < 1:
         raise UsageError(f"--episodes must be at least 1, got {ns.episodes}")
+    out = Path(ns.out)
+    resume_from = None if ns.overwrite else latest_checkpoint(out)  # --overwrite: a new run, whatever is there
+    with user_errors(RunDirectoryError):  # before the episodes are played: fail in seconds, not minutes
+        check_run_dir(out, continuing=resume_from is not None, overwrite=ns.overwrite, fresh_flag="--out")
     from agent_gym.cli_args import parse_env_kwarg_pairs, parse_json_object
 
     if ns.torch_threads > 0:
@@ -288,8 +329,10 @@ def run_sft(ns: argparse.Namespace) -> int:
         # The drills are the teacher's own episodes on fresh worlds: the same behaviour, never-seen names.
         drills = DrillSource(tokenizer, ns.env, drill_kwargs, ns.drill_fresh_kwarg, ns.drill_fresh_start,
                              policy=ns.policy, seed=ns.seed, policy_options=policy_options)
-    out = Path(ns.out)
-    losses = train_sft(model, tokenizer, examples, config, output_dir=out, drills=drills)
+    if resume_from is None:
+        clear_run_dir(out, _RUN_FILES)  # only now: --model may be this very directory
+    with user_errors(CheckpointError):
+        losses = train_sft(model, tokenizer, examples, config, output_dir=out, drills=drills)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     mean_reward = sum(e.reward for e in episodes) / max(1, len(episodes))

@@ -69,12 +69,15 @@ from agent_gym.trainers.losses import (
 )
 from agent_gym.trainers.metrics import MetricsLogger, episode_metrics
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
+from agent_gym.trainers.run_dir import RunDirectoryError, check_run_dir, clear_run_dir
 from agent_gym.trainers.task_sampler import TaskSampler
 from agent_gym.trainers.trajectory import collate
 
 __all__ = ["TaskSampler", "Trainer", "ValueModel", "add_train_arguments", "run_train"]
 
 StepCallback = Callable[["Trainer", dict[str, float]], None]
+# What a run writes in its output_dir: deleted by --overwrite, so nothing of the old run survives into the new.
+_RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "final")
 
 
 def _seed_everything(seed: int) -> None:
@@ -185,6 +188,7 @@ class Trainer:
         self.sampler = TaskSampler(config.seed)
         self.step = 0
         self.resumed_from: Path | None = None
+        self._run_dir_claimed = False
 
     # ------------------------------------------------------------------------------------------ setup
 
@@ -584,26 +588,47 @@ class Trainer:
         )
 
     def maybe_resume(self) -> Path | None:
-        """Resume per ``config.resume``: auto (latest in output_dir, if any), never, or a checkpoint path."""
-        if self.resumed_from is not None or self.config.resume == "never":
+        """Resume per ``config.resume``: auto (latest in output_dir, if any), never, or a checkpoint path.
+
+        A run that does not continue the one in output_dir needs it empty, or ``config.overwrite`` (which
+        deletes the old run's files): the checkpoints, metrics and final/ of two runs never mix.
+        """
+        if self._run_dir_claimed:
             return self.resumed_from
-        path = (
-            latest_checkpoint(self.output_dir) if self.config.resume == "auto" else Path(self.config.resume)
-        )
-        if path is None:
-            return None
-        state = load_checkpoint(path)
+        config = self.config
+        latest = latest_checkpoint(self.output_dir)
+        # --overwrite starts a new run: "auto" then finds nothing to continue
+        path = {"never": None, "auto": None if config.overwrite else latest}.get(config.resume, Path(config.resume))
+        state = load_checkpoint(path) if path is not None else None
+        if state is not None:
+            self._check_resumable(path, state)
+        continuing = path is not None and latest is not None and path.resolve() == latest.resolve()
+        continuing = continuing and not config.overwrite
+        check_run_dir(self.output_dir, continuing=continuing, overwrite=config.overwrite, fresh_flag="--output-dir",
+                      hint=", --resume auto to continue it" if latest is not None and not continuing else "")
+        if not continuing:
+            clear_run_dir(self.output_dir, _RUN_FILES)
+        if state is not None:
+            self.load_state_dict(state)
+            self.resumed_from = path
+        self._run_dir_claimed = True
+        return self.resumed_from
+
+    def _check_resumable(self, path: Path, state: dict[str, Any]) -> None:
         saved = state.get("config", {})
         for key in ("model", "algo", "env_id", "lora_rank"):
             if key in saved and saved[key] != getattr(self.config, key):
                 current = getattr(self.config, key)
                 raise CheckpointError(
                     f"{path} was saved by a run with {key}={saved[key]!r}, not {current!r}; "
-                    "pass --resume never or a fresh --output-dir to start a new run"
+                    "pass --resume never --overwrite to replace that run, or a fresh --output-dir"
                 )
-        self.load_state_dict(state)
-        self.resumed_from = path
-        return path
+        step = int(state["step"])
+        if step > self.config.total_steps:
+            raise CheckpointError(
+                f"{path} is at step {step}, past total_steps={self.config.total_steps}; raise --total-steps to "
+                "continue it, or start a new run (--resume never --overwrite, or a fresh --output-dir)"
+            )
 
     def save_final(self) -> Path:
         """The trained policy (LoRA: its adapter) and tokenizer as a HF directory: ``output_dir/final``; PPO's
@@ -666,8 +691,10 @@ def run_train(ns: argparse.Namespace) -> int:
         print(f"agent-gym train: {error}")
         return 2
     try:
+        if trainer.maybe_resume() is not None:
+            print(f"resumed from step {trainer.step} ({trainer.resumed_from})", flush=True)
         metrics = trainer.train()
-    except (CheckpointError, *pool_errors) as error:
+    except (CheckpointError, RunDirectoryError, *pool_errors) as error:
         print(f"agent-gym train: {error}")
         return 2
     finally:
