@@ -46,3 +46,25 @@ def test_the_legend_covers_no_panel_and_each_band_has_its_lines_colour(tmp_path:
     for line, band in zip([line for line in em.get_lines() if line.get_label() != "warm start"], em.collections,
                           strict=True):
         assert matplotlib.colors.same_color(line.get_color(), band.get_facecolor()[0][:3])
+
+
+def test_agent_gym_plot_puts_the_runs_legend_below_the_panels(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.pyplot as plt
+
+    from agent_gym.trainers import metrics as m
+    from agent_gym.trainers.metrics import MetricsLogger
+    from agent_gym.trainers.plot import plot_runs
+
+    for name, offset in (("grpo", 0.0), ("ppo", 0.1)):
+        with MetricsLogger(tmp_path / name, tensorboard=False) as logger:
+            for step in range(1, 4):
+                logger.log(step, {m.REWARD: step * 0.1 + offset, m.POLICY_LOSS: -offset})
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    plot_runs([tmp_path / "grpo", tmp_path / "ppo"], out=tmp_path / "curves.png")
+    [figure] = figures
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    assert len(figure.legends) == 1 and all(axis.get_legend() is None for axis in figure.axes)
+    legend = figure.legends[0].get_window_extent(renderer)
+    assert not any(legend.overlaps(axis.get_window_extent(renderer)) for axis in figure.axes if axis.get_visible())

@@ -76,9 +76,14 @@ def plot_runs(
         axis.grid(alpha=0.3)
     for axis in list(axes.flat)[len(present) :]:
         axis.set_visible(False)
-    if len(runs) > 1:
-        axes.flat[0].legend(fontsize=8)
-    figure.tight_layout()
+    if len(runs) > 1:  # below the panels: inside the first one it covered its curves
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        legend_columns = min(len(labels), 4)
+        legend_rows = -(-len(labels) // legend_columns)
+        figure.legend(handles, labels, loc="lower center", ncol=legend_columns, fontsize=8, frameon=False)
+        figure.tight_layout(rect=(0, min(0.4, (0.05 * legend_rows + 0.02) / rows), 1, 1))
+    else:
+        figure.tight_layout()
     path = Path(out) if out else (Path(run_dirs[0]) / "curves.png" if len(runs) == 1 else Path("curves.png"))
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
