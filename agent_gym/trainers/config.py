@@ -84,10 +84,12 @@ class TrainConfig:
     device: str = field(
         default="auto", metadata=_help("Torch device for training: auto (cuda if present), cpu, cuda.")
     )
-    dtype: Literal["float32", "bfloat16"] = field(
-        default="float32",
+    dtype: Literal["auto", "float32", "bfloat16"] = field(
+        default="auto",
         metadata=_help(
-            "Parameter dtype. float32 default: CPU-safe; use bfloat16 on GPUs for 3B models (as verl does)."
+            "Parameter dtype of the policy (with LoRA: of the frozen base; the adapters train in fp32). auto: "
+            "bfloat16 on GPUs that support it and on CPUs with avx512_bf16/AMX (2.4x faster forward+backward "
+            "measured for SmolLM2-135M), float32 elsewhere."
         ),
     )
 
@@ -228,6 +230,13 @@ class TrainConfig:
         default=32, metadata=_help("LoRA alpha (scale = alpha / rank); peft examples use 2x rank.")
     )
     lora_dropout: float = field(default=0.0, metadata=_help("LoRA dropout."))
+    adapter: str = field(
+        default="",
+        metadata=_help(
+            "Start from this LoRA adapter directory (e.g. an `agent-gym sft --lora-rank` warm start) and keep "
+            "training it; its rank and targets replace the lora_* settings."
+        ),
+    )
     lora_target_modules: list[str] = field(
         default_factory=lambda: ["all-linear"],
         metadata=_help(
@@ -369,6 +378,10 @@ class TrainConfig:
             raise ConfigError(
                 f"clip_low must be in [0, 1) and clip_high >= 0, got {self.clip_low}, {self.clip_high}"
             )
+        if self.adapter and self.lora_rank:
+            raise ConfigError("adapter continues a saved LoRA adapter (its own rank); drop lora_rank, or adapter")
+        if self.adapter and self.backend == "vllm":
+            raise ConfigError("adapter is not supported with backend=vllm yet; use backend=transformers")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ConfigError(f"dual_clip must be > 1 (e.g. 3.0) or none, got {self.dual_clip}")
         if self.temperature <= 0:

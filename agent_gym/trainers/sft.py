@@ -63,6 +63,11 @@ class SFTConfig:
     drill_weight: float = 1.0  # loss = SFT loss + drill_weight * drill loss
     save_every: int = 0  # steps between checkpoints in output_dir/checkpoints (0: none)
     keep_checkpoints: int = 2
+    # bfloat16 (auto: where the CPU or GPU runs it fast): with LoRA the frozen base is stored in bf16 and the
+    # adapters train in fp32; a full fine-tune keeps fp32 master weights and runs forward/backward under autocast.
+    dtype: str = "auto"
+    lora_rank: int = 0  # 0: full fine-tune
+    lora_alpha: int = 32
 
 
 def play_policy_episodes(
@@ -164,7 +169,13 @@ def train_sft(
             step adds ``drill_weight`` x the loss of that many tokens of pointer drills (drill ``step``).
         output_dir: where checkpoints go (``config.save_every``); a run finds its latest one there and resumes.
     """
-    from agent_gym.trainers.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from agent_gym.trainers.checkpoint import (
+        latest_checkpoint,
+        load_checkpoint,
+        load_trainable_state_dict,
+        save_checkpoint,
+        trainable_state_dict,
+    )
     from agent_gym.trainers.lm_loss import WeightedRow, weighted_lm_loss
 
     if not examples:
@@ -184,7 +195,9 @@ def train_sft(
         raise ValueError("config.drill_tokens > 0 needs a DrillSource (drills=...)")
     rows = [WeightedRow(example.input_ids, [float(flag) for flag in example.loss_mask]) for example in kept]
     torch.manual_seed(config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
+    autocast = _autocast(model, config)
     steps_per_epoch = math.ceil(len(rows) / config.batch_size)
     steps = config.epochs * steps_per_epoch
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config, steps))
@@ -195,7 +208,7 @@ def train_sft(
     if checkpoint is not None:
         state = load_checkpoint(checkpoint)
         _check_same_run(checkpoint, state.get("run", {}), run)
-        model.load_state_dict(state["model"])
+        load_trainable_state_dict(model, state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["scheduler"])
         step = int(state["step"])
@@ -208,12 +221,14 @@ def train_sft(
         epoch, position = divmod(step, steps_per_epoch)
         order = _epoch_order(len(rows), config.seed, epoch)
         batch = [rows[i] for i in order[position * config.batch_size : (position + 1) * config.batch_size]]
-        loss = weighted_lm_loss(model, batch, pad_id, config.max_length)
-        if config.drill_tokens > 0:
-            loss = loss + config.drill_weight * weighted_lm_loss(model, drills.rows(step, config.drill_tokens), pad_id)
+        with autocast:
+            loss = weighted_lm_loss(model, batch, pad_id, config.max_length)
+            if config.drill_tokens > 0:
+                drill_rows = drills.rows(step, config.drill_tokens)
+                loss = loss + config.drill_weight * weighted_lm_loss(model, drill_rows, pad_id)
         optimizer.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
         optimizer.step()
         schedule.step()
         step += 1
@@ -221,12 +236,44 @@ def train_sft(
         progress.update(1)
         progress.set_postfix(loss=f"{losses[-1]:.3f}")
         if output_dir is not None and config.save_every and step % config.save_every == 0 and step < steps:
-            state = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            state = {"step": step, "model": trainable_state_dict(model), "optimizer": optimizer.state_dict(),
                      "scheduler": schedule.state_dict(), "run": run}
             save_checkpoint(output_dir, step, state, keep=config.keep_checkpoints)
     progress.close()
     model.eval()
     return losses
+
+
+def _autocast(model: torch.nn.Module, config: SFTConfig) -> Any:
+    """bf16 autocast for a full fine-tune whose weights are fp32 and whose dtype is bf16; a no-op otherwise."""
+    import contextlib
+
+    from agent_gym.trainers.precision import resolve_dtype
+
+    device = next(model.parameters()).device
+    wanted = resolve_dtype(config.dtype, device)
+    if config.lora_rank or wanted != torch.bfloat16:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def prepare_sft_model(model: torch.nn.Module, config: SFTConfig) -> torch.nn.Module:
+    """With ``config.lora_rank``: the model wrapped with fresh LoRA adapters on every linear layer (peft keeps them
+    in fp32 over a bf16 base); otherwise the model itself, every weight trained."""
+    if not config.lora_rank:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules="all-linear",
+                      task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def sft_load_dtype(config: SFTConfig) -> torch.dtype:
+    """The dtype to load the model in: bf16 only for a frozen LoRA base (full fine-tunes keep fp32 masters)."""
+    from agent_gym.trainers.precision import resolve_dtype
+
+    return resolve_dtype(config.dtype) if config.lora_rank else torch.float32
 
 
 def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
@@ -235,7 +282,6 @@ def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     from agent_gym.trainers.threads import DEFAULT_TORCH_THREADS
 
     parser.formatter_class = DefaultsHelpFormatter  # --help shows every default
-
     parser.add_argument("--env", required=True, help="Gymnasium id of the env (e.g. AgentR1-SynthHop-v0)")
     add_env_kwargs_arguments(parser)
     parser.add_argument("--policy", default="naive-rag", help="scripted policy name (agent_gym.policies)")
@@ -256,6 +302,13 @@ def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=SFTConfig.max_length,
                         help="tokens kept of each episode")
     parser.add_argument("--seed", type=int, default=0, help="seeds the policy, the shuffling and the drills")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default=SFTConfig.dtype,
+                        help="auto: bfloat16 where the CPU (avx512_bf16/AMX) or GPU runs it fast, else float32; with "
+                             "LoRA the frozen base is bf16, a full fine-tune runs under autocast with fp32 weights")
+    parser.add_argument("--lora-rank", type=int, default=SFTConfig.lora_rank,
+                        help="train LoRA adapters of this rank on every linear layer and save only them (0: full "
+                             "fine-tune); `agent-gym train --adapter OUT` continues them")
+    parser.add_argument("--lora-alpha", type=int, default=SFTConfig.lora_alpha, help="LoRA alpha (scale alpha/rank)")
     parser.add_argument("--policy-kwarg", action="append", metavar="KEY=VALUE", default=[],
                         help="option of the scripted policy (repeatable), e.g. --policy-kwarg p_multihop=0.4")
     parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS,
@@ -312,13 +365,17 @@ def run_sft(ns: argparse.Namespace) -> int:
         env.close()
     if ns.min_reward is not None:
         episodes = [episode for episode in episodes if episode.reward >= ns.min_reward]
-    with user_errors(ModelInitError):
-        model, tokenizer = load_model_and_tokenizer(ns.model)
-    examples = [tokenize_episode(tokenizer, episode.messages) for episode in episodes]
     config = SFTConfig(
         epochs=ns.epochs, lr=ns.lr, batch_size=ns.batch_size, max_length=ns.max_length, seed=ns.seed,
         drill_tokens=ns.drill_tokens, drill_weight=ns.drill_weight, save_every=ns.save_every,
+        dtype=ns.dtype, lora_rank=ns.lora_rank, lora_alpha=ns.lora_alpha,
     )
+    from agent_gym.pretrained import PretrainedModelError
+
+    with user_errors(ModelInitError, PretrainedModelError):
+        model, tokenizer = load_model_and_tokenizer(ns.model, dtype=sft_load_dtype(config))
+    model = prepare_sft_model(model, config)
+    examples = [tokenize_episode(tokenizer, episode.messages) for episode in episodes]
     drills = None
     if ns.drill_tokens > 0:
         from agent_gym.trainers.copy_drills import DrillSource

@@ -155,12 +155,22 @@ class Trainer:
         needs_reference = config.kl_coef > 0 or config.kl_in_reward_coef > 0
         # With LoRA the reference is the base model with adapters disabled: no second copy in memory.
         self.reference: torch.nn.Module | None = None
-        if needs_reference and config.lora_rank == 0:
+        if needs_reference and config.lora_rank == 0 and not config.adapter:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.critic: ValueModel | None = None
         if config.algo == "ppo":
             self.critic = ValueModel.from_policy(model).to(self.device)
-        self.model = self._apply_lora(model) if config.lora_rank > 0 else model
+        # A LoRA policy samples through a plain copy with the adapters merged in (lora_weights.py): the fast
+        # decoder and its prefix cache need plain linear layers, and peft's extra matmuls slow every token.
+        self._sampler_model: torch.nn.Module | None = None
+        if (config.adapter or config.lora_rank > 0) and config.backend == "transformers" and backend is None:
+            self._sampler_model = copy.deepcopy(model).eval().requires_grad_(False)
+        if config.adapter:
+            from agent_gym.trainers.model_init import load_adapter
+
+            self.model = load_adapter(model, config.adapter, trainable=True)
+        else:
+            self.model = self._apply_lora(model) if config.lora_rank > 0 else model
 
         optimizer_steps = max(1, config.total_steps * config.ppo_epochs * config.num_mini_batches)
         schedule = _lr_lambda(config.lr_schedule, config.warmup_steps, optimizer_steps)
@@ -199,8 +209,9 @@ class Trainer:
                 "model is required: pass --model PATH_OR_NAME (e.g. a dir from `agent-gym model init`)"
             )
         from agent_gym.trainers.model_init import load_model_and_tokenizer
+        from agent_gym.trainers.precision import resolve_dtype
 
-        dtype = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
+        dtype = resolve_dtype(config.dtype, _resolve_device(config.device))
         return load_model_and_tokenizer(config.model, dtype=dtype)
 
     def _apply_lora(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -231,15 +242,22 @@ class Trainer:
         return [make] * self.config.rollout_batch_size
 
     def _make_backend(self) -> GenerationBackend:
+        from agent_gym.trainers.precision import dtype_name, resolve_dtype
+
         config = self.config
-        if config.backend == "transformers":  # shares self.model: sync_weights is a no-op
-            return make_backend("transformers", self.model, self.tokenizer)
+        if config.backend == "transformers":
+            if self._sampler_model is None:  # shares self.model: sync_weights is a no-op
+                return make_backend("transformers", self.model, self.tokenizer)
+            backend = make_backend("transformers", self._sampler_model, self.tokenizer)
+            backend.sync_weights(self.model)
+            return backend
         if config.backend == "vllm":  # loads config.model; sync_weights pushes our weights after each update
             return make_backend(
                 "vllm",
                 config.model,
                 self.tokenizer,
-                dtype=config.dtype,  # the same precision as the trainer, so PPO ratios start at 1
+                # the same precision as the trainer, so PPO ratios start at 1
+                dtype=dtype_name(resolve_dtype(config.dtype, self.device)),
                 max_model_len=config.max_context_tokens,
                 seed=config.seed,
             )
