@@ -615,14 +615,21 @@ def uvicorn_config(
 
     ``timeout_keep_alive`` also bounds how long a request head may take to arrive (``http_deadline.py``).
     """
+    import inspect
+
     import uvicorn
 
     from agent_gym.retrieval_index.http_deadline import DEADLINE_PROTOCOL
 
     # access_log off: a log line per request costs more than a BM25 search. backlog 2048: the default of
     # 5 reset connections at 32 clients (shared/notes/retrieval.md).
+    settings: dict[str, Any] = {}
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
+        # uvicorn kills a worker that misses a 5 s ping as hung: on a starved machine a worker still starting can
+        # miss it, and is restarted instead of left to start (or to report that the index cannot load).
+        settings["timeout_worker_healthcheck"] = 60
     return uvicorn.Config(app, factory=isinstance(app, str), workers=workers, backlog=2048, http=DEADLINE_PROTOCOL,
-                          log_level=log_level, access_log=False, timeout_keep_alive=timeout_keep_alive)
+                          log_level=log_level, access_log=False, timeout_keep_alive=timeout_keep_alive, **settings)
 
 
 def run_uvicorn(app: Any, sock: socket.socket, *, workers: int = 1, log_level: str = "info") -> None:
