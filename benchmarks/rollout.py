@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import random
 import subprocess
 import sys
@@ -185,20 +186,25 @@ def _specs(args) -> list[dict]:
     return [{"seed": i, "options": {"task_index": i}} for i in range(args.batch_size)]
 
 
-def bench_collector(backends: dict[str, GenerationBackend], tokenizer, args) -> dict[str, float]:
+def bench_collector(backends: dict[str, GenerationBackend], tokenizer, args) -> dict:
     envs, config, specs = _make_envs(args), _rollout_config(args), _specs(args)
     totals = {**_empty_totals(list(backends)), "turns": 0.0}
     totals.update({f"{name}_env_s": 0.0 for name in backends})
     runs = args.repeats * len(backends)
+    for backend in backends.values():  # untimed warm-up: first-call allocations and kernel choices
+        for _ in range(args.warmup):
+            RolloutCollector(envs, backend, tokenizer, config).collect(specs, seed=args.seed + 1000)
     for repeat in range(args.repeats):
         for name, backend in backends.items():
             collector = RolloutCollector(envs, backend, tokenizer, config)
             seconds, trajectories = _time(lambda c=collector, r=repeat: c.collect(specs, seed=args.seed + r))
+            tokens = sum(sum(t.loss_mask) for t in trajectories)
+            totals.setdefault(f"{name}_per_repeat_tokens_per_s", []).append(tokens / seconds)
             totals[f"{name}_tokens"] += sum(sum(t.loss_mask) for t in trajectories)
             totals[f"{name}_s"] += seconds
             totals[f"{name}_env_s"] += collector.env_seconds
             totals["turns"] += sum(t.num_turns for t in trajectories) / len(trajectories) / 2 / runs
-            print(f"  {name} repeat {repeat + 1}: {totals[f'{name}_tokens']:.0f} tokens so far, {seconds:.1f} s",
+            print(f"  {name} repeat {repeat + 1}: {tokens} tokens in {seconds:.1f} s, {tokens / seconds:.1f} tok/s",
                   flush=True)
     for env in envs:
         env.close()
@@ -228,7 +234,7 @@ def _report_env(title: str, totals: dict[str, float]) -> None:
     print(f"  env ms per turn: {1000 * totals['env_s'] / totals['turns']:.2f}")
 
 
-def _report(title: str, totals: dict[str, float], sides: Sequence[str]) -> dict[str, float]:
+def _report(title: str, totals: dict, sides: Sequence[str]) -> dict[str, object]:
     """Prints each side's tokens/s and the ratios of ours over the others; returns the rates and ratios."""
     print(f"[{title}]")
     rates = {side: totals[f"{side}_tokens"] / totals[f"{side}_s"] for side in sides}
@@ -244,7 +250,8 @@ def _report(title: str, totals: dict[str, float], sides: Sequence[str]) -> dict[
         if f"{side}_env_s" in totals:
             share = totals[f"{side}_env_s"] / totals[f"{side}_s"]
             print(f"  env share of rollout wall time ({side}): {share:.1%}")
-    summary = {f"{side}_tokens_per_s": rate for side, rate in rates.items()}
+    summary: dict[str, object] = {f"{side}_tokens_per_s": rate for side, rate in rates.items()}
+    summary.update({key: value for key, value in totals.items() if key.endswith("per_repeat_tokens_per_s")})
     if "ours" in rates:
         for side in sides:
             if side != "ours":
@@ -273,6 +280,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed collector runs per side first")
     parser.add_argument(
         "--threads", "--torch-threads", type=int, default=None, help="torch threads (default: torch's choice)"
     )
@@ -341,6 +349,7 @@ def main() -> None:
     results["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
     print(results["uptime_after"])
     if args.json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
         with open(args.json_out, "w") as handle:
             json.dump(results, handle, indent=2)
     for backend in backends.values():

@@ -434,6 +434,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-prompts", type=int, default=256, help="distinct prompts in the pool")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="both sides")
+    parser.add_argument("--trl-first", action="store_true", help="start the ABBA order with TRL")
     parser.add_argument("--json-summary", help="(driver) write both sides' summaries and the settings here")
     parser.add_argument("--trl-python", default=sys.executable, help="interpreter that has TRL installed")
     parser.add_argument("--json-out", help="(side runs) write the result here")
@@ -479,7 +480,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sides = ("ours", "trl") if args.side == "both" else (args.side,)
         runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
         for round_index in range(args.rounds):  # sides alternate, one at a time: they never share the cores
-            for side in sides:
+            # ABBA order (ours, trl, trl, ours, ...): a load that drifts during the run favours neither side.
+            for side in sides if (round_index + args.trl_first) % 2 == 0 else sides[::-1]:
                 python = args.trl_python if side == "trl" else sys.executable
                 runs[side].append(_run_side(python, side, args, workdir, round_index))
     if len(sides) == 2:
@@ -493,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip())
     if args.json_summary:
         settings = {key: value for key, value in vars(args).items() if key != "scratch"}
+        Path(args.json_summary).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_summary).write_text(json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
     return 0
 
