@@ -1,4 +1,7 @@
-"""The agent learns on a real pretrained model (issue 18): SmolLM2-135M-Instruct, offline, bf16 on CPU, LoRA.
+"""The agent learns on a real pretrained model (issue 18): SmolLM2-135M-Instruct, offline, on CPU, LoRA.
+
+Precision is ``--dtype auto`` everywhere: bf16 where it measured faster than fp32 at the run's thread count (one
+thread on the shared Xeon: 0.59x, so fp32 there; the runs of this session before that finding used bf16).
 
     python experiments/learning.py --model smollm2-135m-instruct --out runs/real               # every stage
     python experiments/learning.py --model smollm2-135m-instruct --out runs/real --only core   # warm start, GRPO/PPO
@@ -92,7 +95,7 @@ def warm_start(args: argparse.Namespace, name: str, timings: Timings) -> Path:
     _run(_agent_gym("sft", "--env", ENV_ID, "--env-kwargs", json.dumps(env_with(WARM_STARTS[name], TRAIN_ENV)),
                     "--policy", "oracle", "--model", args.model, "--out", str(out_dir),
                     "--episodes", str(args.sft_episodes), "--epochs", "1", "--batch-size", "4",
-                    "--lr", str(args.sft_lr), "--lora-rank", str(args.lora_rank), "--dtype", "bfloat16",
+                    "--lr", str(args.sft_lr), "--lora-rank", str(args.lora_rank), "--dtype", "auto",
                     "--save-every", "10", "--torch-threads", str(args.threads), "--seed", "0"),
          Path(args.out) / "logs" / f"sft-{name}.log", f"sft {name}", args.threads)
     timings.record(f"warm start {name} (sft)", time.perf_counter() - started)
@@ -103,15 +106,15 @@ def model_naive_rag(model: str | Path, episodes: int, env_kwargs: dict[str, Any]
                     ) -> dict[str, float]:
     """Naive RAG with the model (the paper's baseline): the question searched once, then the model's answer turn."""
     import gymnasium as gym
-    import torch
 
     import agent_gym  # noqa: F401  (registers the env ids)
     from agent_gym.evaluation import evaluate
     from agent_gym.trainers.model_init import load_model_and_tokenizer
     from agent_gym.trainers.model_naive_rag import ModelNaiveRAGPolicy
     from agent_gym.trainers.model_policy import ModelPolicy
+    from agent_gym.trainers.precision import resolve_dtype
 
-    loaded, tokenizer = load_model_and_tokenizer(model, dtype=torch.bfloat16)
+    loaded, tokenizer = load_model_and_tokenizer(model, dtype=resolve_dtype("auto"))
     policy = ModelNaiveRAGPolicy(ModelPolicy(loaded, tokenizer, max_new_tokens=MAX_NEW_TOKENS,
                                              max_context_tokens=2048))
     env = gym.make(env_id, **{**env_kwargs, "max_turns": 2})
@@ -140,13 +143,13 @@ def heldout(model: str | Path | None, temperature: float, episodes: int, env_kwa
         return {"em": statistics.mean(r.em for r in records), "episodes": len(records),
                 "searches": statistics.mean(r.tool_calls for r in records),
                 "multihop": statistics.mean(float(r.tool_calls > 1) for r in records)}
-    import torch
 
     from agent_gym.trainers.backends import TransformersBackend
     from agent_gym.trainers.model_init import load_model_and_tokenizer
+    from agent_gym.trainers.precision import resolve_dtype
     from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
-    loaded, tokenizer = load_model_and_tokenizer(model, dtype=torch.bfloat16)
+    loaded, tokenizer = load_model_and_tokenizer(model, dtype=resolve_dtype("auto"))
     envs = [gym.make(env_id, **env_kwargs) for _ in range(min(32, episodes))]
     config = RolloutConfig(max_new_tokens=MAX_NEW_TOKENS, max_context_tokens=2048, temperature=temperature or 1.0,
                            show_progress=False)
@@ -187,7 +190,7 @@ def check_warm_start(args: argparse.Namespace, name: str, model: Path, timings: 
 def train_command(args: argparse.Namespace, warm: Path, variant: Variant, seed: int) -> list[str]:
     """The `agent-gym train` command of one (variant, seed): the warm start's adapter trained further."""
     return _agent_gym(
-        "train", "--env", ENV_ID, "--model", args.model, "--adapter", str(warm), "--dtype", "bfloat16",
+        "train", "--env", ENV_ID, "--model", args.model, "--adapter", str(warm), "--dtype", "auto",
         "--env-kwargs", json.dumps({**TRAIN_ENV, "reward": variant.reward}),
         "--eval-env-kwargs", json.dumps({**EVAL_ENV, "reward": variant.reward}),
         "--algo", variant.algo, *variant.flags,

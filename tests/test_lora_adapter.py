@@ -10,7 +10,13 @@ import torch
 
 from agent_gym.trainers.lora_weights import merged_tensors
 from agent_gym.trainers.model_init import is_adapter_dir, load_model_and_tokenizer
-from agent_gym.trainers.precision import cpu_flags, resolve_dtype
+from agent_gym.trainers.precision import (
+    MIN_BF16_SPEEDUP,
+    cpu_flags,
+    cpu_has_fast_bf16,
+    measured_bf16_speedup,
+    resolve_dtype,
+)
 from agent_gym.trainers.sft import SFTConfig, prepare_sft_model
 from tests.conftest import TINY_SYNTHHOP
 
@@ -91,10 +97,16 @@ def test_the_trainer_continues_a_saved_adapter_and_samples_it_merged(tiny_model_
         trainer.close()
 
 
-def test_bf16_is_the_default_only_where_the_cpu_computes_it_natively(tmp_path: Path) -> None:
-    assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "avx512_bf16"})) == torch.bfloat16
-    assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "amx_bf16"})) == torch.bfloat16
-    assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "avx512f"})) == torch.float32
+def test_bf16_is_the_default_only_where_the_cpu_computes_it_natively_and_it_measured_faster(tmp_path: Path) -> None:
+    assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "avx512_bf16"}), speedup=2.4) == torch.bfloat16
+    assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "amx_bf16"}), speedup=1.6) == torch.bfloat16
+    # native bf16 that measured slower than fp32 (one thread on the shared Xeon: 0.59x) stays fp32
+    assert resolve_dtype("auto", "cpu", flags=frozenset({"avx512_bf16"}), speedup=0.59) == torch.float32
+    assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "avx512f"}), speedup=9.0) == torch.float32
+    measured = measured_bf16_speedup(torch.get_num_threads())
+    assert measured > 0 and measured_bf16_speedup(torch.get_num_threads()) == measured  # measured once
+    expected = torch.bfloat16 if cpu_has_fast_bf16() and measured >= MIN_BF16_SPEEDUP else torch.float32
+    assert resolve_dtype("auto", "cpu") == expected
     assert resolve_dtype("float32", "cpu", flags=frozenset({"avx512_bf16"})) == torch.float32
     assert resolve_dtype("bfloat16", "cpu", flags=frozenset()) == torch.bfloat16
     with pytest.raises(ValueError, match="float16"):

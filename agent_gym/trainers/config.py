@@ -88,8 +88,9 @@ class TrainConfig:
         default="auto",
         metadata=_help(
             "Parameter dtype of the policy (with LoRA: of the frozen base; the adapters train in fp32). auto: "
-            "bfloat16 on GPUs that support it and on CPUs with avx512_bf16/AMX (2.4x faster forward+backward "
-            "measured for SmolLM2-135M), float32 elsewhere."
+            "bfloat16 on GPUs that support it, and on CPUs with avx512_bf16/AMX where a matmul timed at the run's "
+            "thread count ran faster in bf16 (one thread on the shared Xeon: 0.59x, so float32), else float32. "
+            "Full fine-tunes in bfloat16 learn poorly at small lr (updates round away; benchmarks/precision.py)."
         ),
     )
 

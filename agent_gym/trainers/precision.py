@@ -1,13 +1,16 @@
-"""The default precision and thread count for this machine, chosen by measurement (benchmarks/precision.py).
+"""The default precision for this machine, chosen by measurement.
 
-bf16 is the default where it runs fast: CUDA GPUs that support it, and CPUs with native bf16 dot products
-(``avx512_bf16`` or AMX). There, SmolLM2-135M's forward pass ran 2.8x and forward plus backward 2.4x faster
-than fp32 (``../shared/notes/smollm2.md``, ``benchmarks/README.md``). Elsewhere bf16 is emulated and slower,
-so fp32 stays the default.
+bf16 can only be fast where the hardware computes it natively: CUDA GPUs that support it, and CPUs with
+``avx512_bf16`` or AMX. Even there it is not always faster on a CPU: on the shared 2-core Xeon a 512x576 @ 576x1536
+matmul ran at 0.59x fp32's speed on one torch thread and 1.55-1.65x on two (benchmarks/README.md), while an AMD EPYC
+measured 5.6x (../shared/notes/smollm2.md). So ``auto`` on a CPU times that matmul both ways at the current thread
+count (about 0.2 s, once per process) and picks bf16 only where it is clearly faster.
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from pathlib import Path
 
 import torch
@@ -33,8 +36,34 @@ def cpu_has_fast_bf16(flags: frozenset[str] | None = None) -> bool:
     return any(flag in (cpu_flags() if flags is None else flags) for flag in FAST_BF16_CPU_FLAGS)
 
 
-def resolve_dtype(name: str, device: str | torch.device = "cpu", flags: frozenset[str] | None = None) -> torch.dtype:
-    """``auto``, ``float32`` or ``bfloat16`` as a torch dtype; ``auto`` is bf16 where it is fast on ``device``."""
+# bf16 must beat fp32 by this factor to be chosen: below it, fp32's exactness is worth more than the time.
+MIN_BF16_SPEEDUP = 1.2
+
+
+@functools.cache
+def measured_bf16_speedup(threads: int) -> float:
+    """fp32 time / bf16 time of a SmolLM2-sized matmul (512x576 @ 576x1536) at ``threads`` torch threads, the
+    best of 5 interleaved repeats each (so a busy machine slows both sides alike)."""
+    del threads  # the cache key: torch's current setting is what runs
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(512, 576, generator=generator), torch.randn(576, 1536, generator=generator)
+    pairs = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
+    best = dict.fromkeys(pairs, float("inf"))
+    for _ in range(5):
+        for dtype, (x, y) in pairs.items():
+            x @ y  # warm the kernel
+            started = time.perf_counter()
+            for _ in range(3):
+                x @ y
+            best[dtype] = min(best[dtype], time.perf_counter() - started)
+    return best[torch.float32] / best[torch.bfloat16]
+
+
+def resolve_dtype(name: str, device: str | torch.device = "cpu", flags: frozenset[str] | None = None,
+                  speedup: float | None = None) -> torch.dtype:
+    """``auto``, ``float32`` or ``bfloat16`` as a torch dtype. ``auto`` is bf16 on a GPU that supports it, and on a
+    CPU with native bf16 where it measured at least :data:`MIN_BF16_SPEEDUP` x fp32 (``speedup``: that ratio,
+    measured at the current thread count when not given)."""
     if name not in DTYPES:
         raise ValueError(f"unknown dtype {name!r}; choose one of {DTYPES}")
     if name == "float32":
@@ -43,7 +72,11 @@ def resolve_dtype(name: str, device: str | torch.device = "cpu", flags: frozense
         return torch.bfloat16
     if torch.device(device).type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16 if cpu_has_fast_bf16(flags) else torch.float32
+    if not cpu_has_fast_bf16(flags):
+        return torch.float32
+    if speedup is None:
+        speedup = measured_bf16_speedup(torch.get_num_threads())
+    return torch.bfloat16 if speedup >= MIN_BF16_SPEEDUP else torch.float32
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -303,8 +303,9 @@ def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens kept of each episode")
     parser.add_argument("--seed", type=int, default=0, help="seeds the policy, the shuffling and the drills")
     parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default=SFTConfig.dtype,
-                        help="auto: bfloat16 where the CPU (avx512_bf16/AMX) or GPU runs it fast, else float32; with "
-                             "LoRA the frozen base is bf16, a full fine-tune runs under autocast with fp32 weights")
+                        help="auto: bfloat16 where the GPU supports it or the CPU (avx512_bf16/AMX) measured it "
+                             "faster than float32 at this thread count, else float32; with LoRA the frozen base is "
+                             "bf16, a full fine-tune runs under autocast with fp32 weights")
     parser.add_argument("--lora-rank", type=int, default=SFTConfig.lora_rank,
                         help="train LoRA adapters of this rank on every linear layer and save only them (0: full "
                              "fine-tune); `agent-gym train --adapter OUT` continues them")
