@@ -117,6 +117,15 @@ def _run(command: Sequence[str], log: Path, what: str, threads: int = 1) -> None
         raise SystemExit(f"{what} failed (exit {process.returncode}); see {log}")
 
 
+def fresh_flags(directory: Path) -> list[str]:
+    """``--overwrite`` for a run directory that a killed job left without a checkpoint (the CLI refuses a non-empty
+    directory it cannot continue); nothing where there is a checkpoint to resume from, or no directory yet."""
+    from agent_gym.trainers.checkpoint import list_checkpoints
+
+    left_over = directory.is_dir() and any(directory.iterdir())
+    return ["--overwrite"] if left_over and not list_checkpoints(directory) else []
+
+
 def _agent_gym(*args: str) -> list[str]:
     return [sys.executable, "-m", "agent_gym.cli", *args]
 
@@ -153,7 +162,8 @@ def pretrain(args: argparse.Namespace, timings: Timings) -> Path:
              out / "logs" / "init.log", "model init", args.threads)
     if not (run_dir / "final" / "config.json").is_file():
         _run(_agent_gym("model", "pretrain", "--model", str(init_dir), "--output-dir", str(run_dir),
-                        "--induction-steps", str(args.induction_steps), "--drill-steps", str(args.drill_steps),
+                        *fresh_flags(run_dir), "--induction-steps", str(args.induction_steps),
+                        "--drill-steps", str(args.drill_steps),
                         "--eval-episodes", str(min(64, args.skill_episodes)),
                         "--torch-threads", str(args.threads), "--no-show-progress"),
              out / "logs" / "pretrain.log", "model pretrain", args.threads)
@@ -178,7 +188,7 @@ def warm_start(args: argparse.Namespace, pretrained: Path, timings: Timings) -> 
     started = time.perf_counter()
     _run(_agent_gym("sft", "--env", ENV_ID, "--env-kwargs", json.dumps(train_env(args)), "--policy", TEACHER,
                     "--policy-kwarg", f"p_multihop={args.p_multihop}", "--model", str(pretrained),
-                    "--out", str(out_dir), "--episodes", str(args.sft_episodes), "--epochs", "1",
+                    "--out", str(out_dir), *fresh_flags(out_dir), "--episodes", str(args.sft_episodes), "--epochs", "1",
                     "--batch-size", "4", "--lr", str(args.sft_lr), "--drill-tokens", str(args.sft_drill_tokens),
                     "--save-every", "100", "--torch-threads", str(args.threads), "--seed", "0"),
          Path(args.out) / "logs" / "sft.log", "sft", args.threads)
@@ -265,6 +275,7 @@ def train_command(args: argparse.Namespace, model: Path, variant: Variant, seed:
         "--eval-every", str(args.eval_every), "--eval-episodes", str(args.curve_episodes),
         "--save-every", str(args.eval_every), "--torch-threads", "1",
         "--output-dir", str(Path(args.out) / "rl" / f"{variant.name}-s{seed}"),
+        *fresh_flags(Path(args.out) / "rl" / f"{variant.name}-s{seed}"),
         "--no-show-progress", "--no-tensorboard",
     )
 

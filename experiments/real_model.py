@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning import ENV_ID, ROOT, Timings, _agent_gym, _curve, _run, _start  # noqa: E402
+from learning import ENV_ID, ROOT, Timings, _agent_gym, _curve, _run, _start, fresh_flags  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 # 2-hop bridge questions in a 20,000-page world, 3 hits a search (episodes near 830 tokens), 4 turns at most.
@@ -96,7 +96,8 @@ def warm_start(args: argparse.Namespace, name: str, timings: Timings) -> Path:
                     "--policy", "oracle", "--model", args.model, "--out", str(out_dir),
                     "--episodes", str(args.sft_episodes), "--epochs", "1", "--batch-size", "4",
                     "--lr", str(args.sft_lr), "--lora-rank", str(args.lora_rank), "--dtype", "auto",
-                    "--save-every", "10", "--torch-threads", str(args.threads), "--seed", "0"),
+                    "--save-every", "10", "--torch-threads", str(args.threads), "--seed", "0",
+                    *fresh_flags(out_dir)),
          Path(args.out) / "logs" / f"sft-{name}.log", f"sft {name}", args.threads)
     timings.record(f"warm start {name} (sft)", time.perf_counter() - started)
     return out_dir
@@ -202,13 +203,14 @@ def train_command(args: argparse.Namespace, warm: Path, variant: Variant, seed: 
         "--kl-coef", "0",
         "--eval-every", str(args.eval_every), "--eval-episodes", str(args.curve_episodes),
         "--save-every", "2", "--torch-threads", "1",
-        "--output-dir", str(run_dir(args, variant.name, seed)),
+        "--output-dir", str(run_dir(args, variant.name, seed)), *fresh_flags(run_dir(args, variant.name, seed)),
         "--no-show-progress", "--no-tensorboard",
     )
 
 
 def run_dir(args: argparse.Namespace, name: str, seed: int) -> Path:
     return Path(args.out) / "rl" / f"{name}-s{seed}"
+
 
 
 def finished(path: Path) -> bool:

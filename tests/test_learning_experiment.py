@@ -46,3 +46,18 @@ def test_hops_flag_mixes_hop_counts_in_train_and_eval_envs_and_keeps_the_held_ou
     # The eval world is never the training world, whatever the hops.
     assert learning.eval_env(mixed)["world_seed"] != learning.train_env(mixed)["world_seed"]
     assert learning.eval_env(mixed)["split"] == "test"
+
+
+def test_a_run_killed_before_its_first_checkpoint_is_restarted_with_overwrite_and_a_checkpointed_one_resumes(
+    tmp_path: Path,
+) -> None:
+    from agent_gym.trainers.checkpoint import CHECKPOINT_DIR, STATE_FILE
+
+    learning = _learning_module()
+    assert learning.fresh_flags(tmp_path / "never-started") == []
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0}\n')  # what a job killed during its first step leaves
+    assert learning.fresh_flags(tmp_path) == ["--overwrite"]
+    checkpoint = tmp_path / CHECKPOINT_DIR / "step_000002"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / STATE_FILE).write_bytes(b"state")
+    assert learning.fresh_flags(tmp_path) == []  # resume it, never delete it
