@@ -231,8 +231,8 @@ def test_2wiki_rule_keeps_the_yes_no_rule() -> None:
 
 
 def test_an_unknown_answer_rule_is_refused_listing_the_rules() -> None:
-    with pytest.raises(ValueError, match="hotpotqa, 2wikimultihopqa, musique"):
-        score_answer("x", ["x"], rule="squad")
+    with pytest.raises(ValueError, match="hotpotqa, 2wikimultihopqa, musique, squad"):
+        score_answer("x", ["x"], rule="natural-questions")  # squad is a rule now (Search-R1's nq/tq/popqa rows)
 
 
 def test_the_reward_specs_answer_rule_decides_how_an_env_scores_answers(make_fact_env) -> None:
