@@ -288,15 +288,21 @@ def run_rl(args: argparse.Namespace, model: Path, variants: Sequence[str], timin
             run_dir = Path(args.out) / "rl" / f"{name}-s{seed}"
             if not (run_dir / "final" / "config.json").is_file():
                 jobs.append((f"{name}-s{seed}", train_command(args, model, VARIANTS[name], seed)))
+    run_jobs(jobs, args.parallel, Path(args.out), timings)
+
+
+def run_jobs(jobs: list[tuple[str, list[str]]], parallel: int, out: Path, timings: Timings) -> None:
+    """Run (label, command) training jobs, at most ``parallel`` at a time, each logging to OUT/logs/LABEL.log."""
     if not jobs:
         return
+    jobs = list(jobs)
     started = time.perf_counter()
     running: list[tuple[str, subprocess.Popen, float]] = []
     failed = []
     while jobs or running:
-        while jobs and len(running) < args.parallel:
+        while jobs and len(running) < parallel:
             label, command = jobs.pop(0)
-            running.append((label, _start(command, Path(args.out) / "logs" / f"{label}.log"), time.perf_counter()))
+            running.append((label, _start(command, out / "logs" / f"{label}.log"), time.perf_counter()))
         time.sleep(2)
         for entry in list(running):
             label, process, begun = entry
@@ -309,7 +315,7 @@ def run_rl(args: argparse.Namespace, model: Path, variants: Sequence[str], timin
                     failed.append(label)
     timings.record("rl grid (wall)", time.perf_counter() - started)
     if failed:
-        raise SystemExit(f"RL runs failed: {failed}; see their logs in {Path(args.out) / 'logs'}")
+        raise SystemExit(f"RL runs failed: {failed}; see their logs in {out / 'logs'}")
 
 
 def final_evals(args: argparse.Namespace, variants: Sequence[str], timings: Timings) -> None:

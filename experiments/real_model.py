@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning import ENV_ID, ROOT, Timings, _agent_gym, _curve, _run, _start, fresh_flags  # noqa: E402
+from learning import ENV_ID, ROOT, Timings, _agent_gym, _curve, _run, fresh_flags, run_jobs  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 # 2-hop bridge questions in a 20,000-page world, 3 hits a search (episodes near 830 tokens), 4 turns at most.
@@ -221,24 +221,7 @@ def run_rl(args: argparse.Namespace, warm: Path, variants: Sequence[str], timing
     """Stage 4: every (variant, seed) not yet finished, at most ``args.parallel`` at a time."""
     jobs = [(f"{name}-s{seed}", train_command(args, warm, VARIANTS[name], seed))
             for seed in args.seeds for name in variants if not finished(run_dir(args, name, seed))]
-    running: list[tuple[str, Any, float]] = []
-    failed = []
-    while jobs or running:
-        while jobs and len(running) < args.parallel:
-            label, command = jobs.pop(0)
-            running.append((label, _start(command, Path(args.out) / "logs" / f"{label}.log"), time.perf_counter()))
-        time.sleep(5)
-        for entry in list(running):
-            label, process, begun = entry
-            if process.poll() is not None:
-                running.remove(entry)
-                status = "done" if process.returncode == 0 else f"FAILED (exit {process.returncode})"
-                print(f"{label}: {status} in {time.perf_counter() - begun:.0f} s", flush=True)
-                timings.record(f"rl {label}", time.perf_counter() - begun)
-                if process.returncode != 0:
-                    failed.append(label)
-    if failed:
-        raise SystemExit(f"RL runs failed: {failed}; see their logs in {Path(args.out) / 'logs'}")
+    run_jobs(jobs, args.parallel, Path(args.out), timings)
 
 
 def final_evals(args: argparse.Namespace, variants: Sequence[str], timings: Timings) -> None:
