@@ -32,12 +32,11 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning import ENV_ID, ROOT, Timings, _agent_gym, _curve, _run, fresh_flags, run_jobs  # noqa: E402
+from learning import ENV_ID, ROOT, Timings, Variant, _agent_gym, _curve, _run, fresh_flags, run_jobs  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 # 2-hop bridge questions in a 20,000-page world, 3 hits a search (episodes near 830 tokens), 4 turns at most.
@@ -49,25 +48,13 @@ WARM_STARTS = {"warm1": [1], "warm5": [1] * 19 + [2]}
 MAX_NEW_TOKENS = 64  # a hermes search call is about 30 tokens of SmolLM2's tokenizer, an answer fewer
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One row of the table: an estimator, a reward, and the flags that make it differ."""
-
-    name: str
-    label: str
-    algo: str
-    reward: str = "paper"
-    flags: tuple[str, ...] = ()
-    ablation: str = ""
-
-
 VARIANTS = {
     v.name: v
     for v in (
         Variant("grpo", "GRPO", "grpo"),
         Variant("ppo", "PPO", "ppo", flags=("--critic-lr", "1e-4")),
-        Variant("grpo_dense", "GRPO, dense reward", "grpo", "dense"),
-        Variant("ppo_dense", "PPO, dense reward", "ppo", "dense", ("--critic-lr", "1e-4")),
+        Variant("grpo_dense", "GRPO, dense reward", "grpo", reward="dense"),
+        Variant("ppo_dense", "PPO, dense reward", "ppo", ("--critic-lr", "1e-4"), reward="dense"),
         Variant("reinforce_pp", "REINFORCE++", "reinforce_pp"),
         Variant("rloo", "RLOO", "rloo"),
         Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", flags=("--no-use-loss-mask",),
