@@ -218,23 +218,32 @@ def heldout(model_dir: Path | None, temperature: float, episodes: int, env_kwarg
         env.close()
         return {"em": statistics.mean(r.em for r in records), "episodes": len(records),
                 "multihop": statistics.mean(float(r.tool_calls > 1) for r in records)}
-    from agent_gym.trainers.backends import TransformersBackend
     from agent_gym.trainers.model_init import load_model_and_tokenizer
-    from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
     model, tokenizer = load_model_and_tokenizer(model_dir)
-    envs = [gym.make(ENV_ID, **env_kwargs) for _ in range(32)]
-    config = RolloutConfig(max_new_tokens=40, max_context_tokens=2048, temperature=temperature or 1.0,
+    firsts = play_heldout(model, tokenizer, ENV_ID, env_kwargs, episodes, temperature, seed, max_new_tokens=40)
+    # A naive episode takes 2 turns (search the question, answer); a hop-by-hop one at least 3.
+    return {"em": statistics.mean(float(t.info.get("em", 0.0)) for t in firsts), "episodes": len(firsts),
+            "turns": statistics.mean(t.info["turns"] for t in firsts),
+            "multihop": statistics.mean(float(t.info["turns"] > 2) for t in firsts)}
+
+
+def play_heldout(model: Any, tokenizer: Any, env_id: str, env_kwargs: dict[str, Any], episodes: int,
+                 temperature: float, seed: int, max_new_tokens: int) -> list[Any]:
+    """One trajectory per task ``0 .. episodes-1`` (batched rollouts, 32 envs; greedy at temperature 0)."""
+    import gymnasium as gym
+
+    from agent_gym.trainers.backends import TransformersBackend
+    from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
+
+    envs = [gym.make(env_id, **env_kwargs) for _ in range(min(32, episodes))]
+    config = RolloutConfig(max_new_tokens=max_new_tokens, max_context_tokens=2048, temperature=temperature or 1.0,
                            show_progress=False)
     collector = RolloutCollector(envs, TransformersBackend(model, tokenizer), tokenizer, config)
     specs = [{"seed": index, "options": {"task_index": index}} for index in range(episodes)]
     trajectories = collector.collect(specs, group_size=1, greedy=temperature == 0, seed=seed)
     collector.close()
-    firsts = [t for t in trajectories if t.info.get("sample_index", 0) == 0]
-    # A naive episode takes 2 turns (search the question, answer); a hop-by-hop one at least 3.
-    return {"em": statistics.mean(float(t.info.get("em", 0.0)) for t in firsts), "episodes": len(firsts),
-            "turns": statistics.mean(t.info["turns"] for t in firsts),
-            "multihop": statistics.mean(float(t.info["turns"] > 2) for t in firsts)}
+    return [t for t in trajectories if t.info.get("sample_index", 0) == 0]
 
 
 def check_warm_start(args: argparse.Namespace, model_dir: Path, timings: Timings) -> dict[str, Any]:

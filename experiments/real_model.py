@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning import ENV_ID, ROOT, Timings, Variant, _agent_gym, _curve, _run, fresh_flags, run_jobs  # noqa: E402
+from learning import ENV_ID, ROOT, Timings, Variant, _agent_gym, _curve, _run, fresh_flags, play_heldout, run_jobs  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 # 2-hop bridge questions in a 20,000-page world, 3 hits a search (episodes near 830 tokens), 4 turns at most.
@@ -114,7 +114,7 @@ def model_naive_rag(model: str | Path, episodes: int, env_kwargs: dict[str, Any]
 
 def heldout(model: str | Path | None, temperature: float, episodes: int, env_kwargs: dict[str, Any],
             seed: int = 0, policy: str = "", env_id: str = ENV_ID) -> dict[str, float]:
-    """EM of a model (``model``: a name, a checkpoint or an adapter directory; batched rollouts in bf16) or of a
+    """EM of a model (``model``: a name, a checkpoint or an adapter directory; batched, dtype auto) or of a
     scripted ``policy`` on the first ``episodes`` held-out questions. ``multihop``: share of episodes with more
     than one search; ``searches``: mean searches per episode."""
     import gymnasium as gym
@@ -132,20 +132,11 @@ def heldout(model: str | Path | None, temperature: float, episodes: int, env_kwa
                 "searches": statistics.mean(r.tool_calls for r in records),
                 "multihop": statistics.mean(float(r.tool_calls > 1) for r in records)}
 
-    from agent_gym.trainers.backends import TransformersBackend
     from agent_gym.trainers.model_init import load_model_and_tokenizer
     from agent_gym.trainers.precision import resolve_dtype
-    from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
     loaded, tokenizer = load_model_and_tokenizer(model, dtype=resolve_dtype("auto"))
-    envs = [gym.make(env_id, **env_kwargs) for _ in range(min(32, episodes))]
-    config = RolloutConfig(max_new_tokens=MAX_NEW_TOKENS, max_context_tokens=2048, temperature=temperature or 1.0,
-                           show_progress=False)
-    collector = RolloutCollector(envs, TransformersBackend(loaded, tokenizer), tokenizer, config)
-    specs = [{"seed": index, "options": {"task_index": index}} for index in range(episodes)]
-    trajectories = collector.collect(specs, group_size=1, greedy=temperature == 0, seed=seed)
-    collector.close()
-    firsts = [t for t in trajectories if t.info.get("sample_index", 0) == 0]
+    firsts = play_heldout(loaded, tokenizer, env_id, env_kwargs, episodes, temperature, seed, MAX_NEW_TOKENS)
     calls = [float(t.info["episode_tool_calls"]) for t in firsts]
     return {"em": statistics.mean(float(t.info.get("em", 0.0)) for t in firsts),
             "f1": statistics.mean(float(t.info.get("f1", 0.0)) for t in firsts), "episodes": len(firsts),

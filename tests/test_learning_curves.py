@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from tests.test_learning_experiment import _learning_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _learning_module():
-    spec = importlib.util.spec_from_file_location("learning_experiment", ROOT / "experiments" / "learning.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_legend_covers_no_panel_and_each_band_has_its_lines_colour(tmp_path: Path, monkeypatch) -> None:
