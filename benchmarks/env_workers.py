@@ -29,17 +29,16 @@ from functools import partial
 import torch
 
 from agent_gym.distributed import RayEnvPool, connect_ray
+from agent_gym.models.model_init import init_model, load_model_and_tokenizer
 from agent_gym.trainers.backends import Generation, GenerationBackend, SamplingParams, TransformersBackend
-from agent_gym.trainers.model_init import init_model, load_model_and_tokenizer
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
 
 def make_env(env_id: str, env_kwargs: dict):
-    import gymnasium as gym
 
-    import agent_gym  # noqa: F401  (registers the env ids)
+    from agent_gym.make import make_env
 
-    return gym.make(env_id, **env_kwargs)
+    return make_env(env_id, env_kwargs)
 
 
 class SearchTurns(GenerationBackend):

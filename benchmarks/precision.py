@@ -1,7 +1,7 @@
 """Precision on CPU: SmolLM2-135M training speed and learning in fp32, bf16 autocast, pure bf16 and LoRA over bf16.
 
 Four ways to train the same model on the same SFT rows (oracle episodes of AgentR1-SynthHop-v0, hops=1,
-top_k=3, tokenized by `agent_gym.trainers.sft.tokenize_episode`, loss `weighted_lm_loss` on assistant tokens):
+top_k=3, tokenized by `agent_gym.warmstart.sft.tokenize_episode`, loss `weighted_lm_loss` on assistant tokens):
 
 - `fp32`:       fp32 weights, fp32 compute (the reference every ratio is against);
 - `autocast`:   fp32 master weights, forward and backward under `torch.autocast(bfloat16)` (what `agent-gym sft`
@@ -47,10 +47,11 @@ from typing import Any
 
 import torch
 
-from agent_gym.trainers.lm_loss import WeightedRow, weighted_lm_loss
-from agent_gym.trainers.model_init import load_model_and_tokenizer
-from agent_gym.trainers.precision import cpu_has_fast_bf16
-from agent_gym.trainers.sft import play_policy_episodes, tokenize_episode
+from agent_gym.evaluation import iter_episodes
+from agent_gym.models.model_init import load_model_and_tokenizer
+from agent_gym.models.precision import cpu_has_fast_bf16
+from agent_gym.warmstart.lm_loss import WeightedRow, weighted_lm_loss
+from agent_gym.warmstart.sft import tokenize_episode
 
 VARIANTS = ("fp32", "autocast", "bf16", "lora-bf16")
 
@@ -88,13 +89,13 @@ def make_variant(name: str, base: torch.nn.Module, lora_rank: int, share: bool =
 
 def oracle_rows(tokenizer: Any, episodes: int, offset: int, env_kwargs: dict, seq_len: int) -> list[WeightedRow]:
     """SFT rows of ``episodes`` oracle episodes from task ``offset`` on, cut to ``seq_len`` tokens."""
-    from agent_gym.cli_args import make_env
+    from agent_gym.make import make_env
     from agent_gym.policies import make_policy
 
     env = make_env("AgentR1-SynthHop-v0", env_kwargs)
     try:
-        played = play_policy_episodes(env, make_policy("oracle"), episodes, seed=offset, task_offset=offset,
-                                      progress=False)
+        played = list(iter_episodes(env, make_policy("oracle"), episodes, seed=offset, task_offset=offset,
+                                    keep_messages=True, progress=False))
     finally:
         env.close()
     rows = []

@@ -39,9 +39,9 @@ from collections.abc import Sequence
 
 import torch
 
+from agent_gym.models.model_init import init_model, load_model_and_tokenizer
 from agent_gym.trainers.backends import Generation, GenerationBackend, SamplingParams, TransformersBackend
 from agent_gym.trainers.backends.base import split_stop_strings
-from agent_gym.trainers.model_init import init_model, load_model_and_tokenizer
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
 
@@ -125,7 +125,7 @@ def make_backends(model, tokenizer, args) -> dict[str, GenerationBackend]:
         elif side == "generate":
             backends[side] = PlainGenerateBackend(model, tokenizer)
         elif side == "vllm":
-            from agent_gym.pretrained import resolve_model
+            from agent_gym.models.pretrained import resolve_model
             from agent_gym.trainers.backends.vllm_backend import VLLMBackend
 
             backends[side] = VLLMBackend(
@@ -164,11 +164,10 @@ def bench_batch(backends: dict[str, GenerationBackend], tokenizer, args) -> dict
 
 
 def _make_envs(args) -> list:
-    import gymnasium as gym
 
-    import agent_gym  # noqa: F401  (registers the env ids)
+    from agent_gym.make import make_env
 
-    return [gym.make(args.env, **json.loads(args.env_kwargs)) for _ in range(args.batch_size)]
+    return [make_env(args.env, json.loads(args.env_kwargs)) for _ in range(args.batch_size)]
 
 
 def _rollout_config(args) -> RolloutConfig:
@@ -297,7 +296,7 @@ def main() -> None:
         parser.error("--sides takes ours, generate and vllm")
     if args.threads:
         torch.set_num_threads(args.threads)
-    from agent_gym.trainers.precision import dtype_name, resolve_dtype
+    from agent_gym.models.precision import dtype_name, resolve_dtype
 
     dtype = resolve_dtype(args.dtype)
     args.dtype = dtype_name(dtype)

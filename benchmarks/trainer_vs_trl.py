@@ -130,7 +130,7 @@ class KeywordEnv(gym.Env):
 
 def build_model(out_dir: Path, preset: str, seed: int) -> Path:
     """The tiny model both sides load: a BPE tokenizer trained on the prompt vocabulary, random weights."""
-    from agent_gym.trainers.model_init import init_model
+    from agent_gym.models.model_init import init_model
 
     words = _vocabulary(seed)
     rng = random.Random(seed)
@@ -278,7 +278,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
         seed=args.seed,
         dataloader_num_workers=0,
     )
-    from agent_gym.pretrained import resolve_model
+    from agent_gym.models.pretrained import resolve_model
 
     location = resolve_model(args.model)  # a known name (smollm2-135m-instruct) or a directory
     dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32

@@ -174,8 +174,8 @@ def pretrain(args: argparse.Namespace, timings: Timings) -> Path:
 
 def copy_skill(model_dir: str | Path, episodes: int = 200) -> dict[str, float]:
     """Teacher-forced exactness of each turn of the oracle's held-out episodes (copy_skill.py)."""
-    from agent_gym.trainers.copy_skill import copy_skill as measure
-    from agent_gym.trainers.model_init import load_model_and_tokenizer
+    from agent_gym.models.model_init import load_model_and_tokenizer
+    from agent_gym.warmstart.copy_skill import copy_skill as measure
 
     model, tokenizer = load_model_and_tokenizer(model_dir)
     return measure(model, tokenizer, ENV_ID, {**COPY_SKILL_ENV, "num_questions": episodes}, episodes)
@@ -204,21 +204,20 @@ def heldout(model_dir: Path | None, temperature: float, episodes: int, env_kwarg
 
     ``multihop`` is the share of episodes that searched more than once (the teacher's hop-by-hop branch).
     """
-    import gymnasium as gym
 
-    import agent_gym  # noqa: F401  (registers the env ids)
+    from agent_gym.make import make_env
 
     if model_dir is None:  # the scripted teacher
         from agent_gym.evaluation import evaluate
         from agent_gym.policies import make_policy
 
-        env = gym.make(ENV_ID, **env_kwargs)
+        env = make_env(ENV_ID, env_kwargs)
         records = evaluate(env, make_policy(TEACHER, seed=seed, **(policy_options or {})), episodes, seed=seed,
                            progress=False)
         env.close()
         return {"em": statistics.mean(r.em for r in records), "episodes": len(records),
                 "multihop": statistics.mean(float(r.tool_calls > 1) for r in records)}
-    from agent_gym.trainers.model_init import load_model_and_tokenizer
+    from agent_gym.models.model_init import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(model_dir)
     firsts = play_heldout(model, tokenizer, ENV_ID, env_kwargs, episodes, temperature, seed, max_new_tokens=40)
@@ -231,12 +230,11 @@ def heldout(model_dir: Path | None, temperature: float, episodes: int, env_kwarg
 def play_heldout(model: Any, tokenizer: Any, env_id: str, env_kwargs: dict[str, Any], episodes: int,
                  temperature: float, seed: int, max_new_tokens: int) -> list[Any]:
     """One trajectory per task ``0 .. episodes-1`` (batched rollouts, 32 envs; greedy at temperature 0)."""
-    import gymnasium as gym
-
+    from agent_gym.make import make_env
     from agent_gym.trainers.backends import TransformersBackend
     from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
-    envs = [gym.make(env_id, **env_kwargs) for _ in range(min(32, episodes))]
+    envs = [make_env(env_id, env_kwargs) for _ in range(min(32, episodes))]
     config = RolloutConfig(max_new_tokens=max_new_tokens, max_context_tokens=2048, temperature=temperature or 1.0,
                            show_progress=False)
     collector = RolloutCollector(envs, TransformersBackend(model, tokenizer), tokenizer, config)

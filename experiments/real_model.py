@@ -93,19 +93,18 @@ def warm_start(args: argparse.Namespace, name: str, timings: Timings) -> Path:
 def model_naive_rag(model: str | Path, episodes: int, env_kwargs: dict[str, Any], env_id: str = ENV_ID
                     ) -> dict[str, float]:
     """Naive RAG with the model (the paper's baseline): the question searched once, then the model's answer turn."""
-    import gymnasium as gym
 
-    import agent_gym  # noqa: F401  (registers the env ids)
     from agent_gym.evaluation import evaluate
-    from agent_gym.trainers.model_init import load_model_and_tokenizer
+    from agent_gym.make import make_env
+    from agent_gym.models.model_init import load_model_and_tokenizer
+    from agent_gym.models.precision import resolve_dtype
     from agent_gym.trainers.model_naive_rag import ModelNaiveRAGPolicy
     from agent_gym.trainers.model_policy import ModelPolicy
-    from agent_gym.trainers.precision import resolve_dtype
 
     loaded, tokenizer = load_model_and_tokenizer(model, dtype=resolve_dtype("auto"))
     policy = ModelNaiveRAGPolicy(ModelPolicy(loaded, tokenizer, max_new_tokens=MAX_NEW_TOKENS,
                                              max_context_tokens=2048))
-    env = gym.make(env_id, **{**env_kwargs, "max_turns": 2})
+    env = make_env(env_id, {**env_kwargs, "max_turns": 2})
     records = evaluate(env, policy, episodes, progress=False)
     env.close()
     return {"em": statistics.mean(r.em for r in records), "f1": statistics.mean(r.f1 for r in records),
@@ -117,23 +116,22 @@ def heldout(model: str | Path | None, temperature: float, episodes: int, env_kwa
     """EM of a model (``model``: a name, a checkpoint or an adapter directory; batched, dtype auto) or of a
     scripted ``policy`` on the first ``episodes`` held-out questions. ``multihop``: share of episodes with more
     than one search; ``searches``: mean searches per episode."""
-    import gymnasium as gym
 
-    import agent_gym  # noqa: F401  (registers the env ids)
+    from agent_gym.make import make_env
 
     if policy:
         from agent_gym.evaluation import evaluate
         from agent_gym.policies import make_policy
 
-        env = gym.make(env_id, **env_kwargs)
+        env = make_env(env_id, env_kwargs)
         records = evaluate(env, make_policy(policy, seed=seed), episodes, seed=seed, progress=False)
         env.close()
         return {"em": statistics.mean(r.em for r in records), "episodes": len(records),
                 "searches": statistics.mean(r.tool_calls for r in records),
                 "multihop": statistics.mean(float(r.tool_calls > 1) for r in records)}
 
-    from agent_gym.trainers.model_init import load_model_and_tokenizer
-    from agent_gym.trainers.precision import resolve_dtype
+    from agent_gym.models.model_init import load_model_and_tokenizer
+    from agent_gym.models.precision import resolve_dtype
 
     loaded, tokenizer = load_model_and_tokenizer(model, dtype=resolve_dtype("auto"))
     firsts = play_heldout(loaded, tokenizer, env_id, env_kwargs, episodes, temperature, seed, MAX_NEW_TOKENS)
@@ -383,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     timings = Timings(out)
     started = time.perf_counter()
-    from agent_gym.pretrained import get_model, is_known_model
+    from agent_gym.models.pretrained import get_model, is_known_model
 
     if is_known_model(args.model):
         get_model(args.model)

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-import agent_gym.trainers.copy_drills as copy_drills
-from agent_gym.trainers.lm_loss import WeightedRow
-from agent_gym.trainers.pretrain import DRILL_ENV_KWARGS, EVAL_ENV_KWARGS, PretrainConfig, Pretrainer
+import agent_gym.warmstart.copy_drills as copy_drills
+from agent_gym.warmstart.lm_loss import WeightedRow
+from agent_gym.warmstart.pretrain import DRILL_ENV_KWARGS, EVAL_ENV_KWARGS, PretrainConfig, Pretrainer
 
 CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "copy-tiny"
 ENV_ID = "AgentR1-SynthHop-v0"
@@ -39,7 +39,7 @@ def widen(source: Path, target: Path, seed: int = 0) -> None:
     """Save ``source`` with 4 query heads a layer (2 KV heads): slots [old 0, new, old 1, new]."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agent_gym.trainers.induction import install_previous_token_head
+    from agent_gym.warmstart.induction import install_previous_token_head
 
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     config = model.config
@@ -123,7 +123,7 @@ def boost_first_pieces(boost: float) -> None:
 def first_errors(model_dir: Path, episodes: int = 40) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agent_gym.trainers.copy_skill import _assistant_runs, scripted_examples
+    from agent_gym.warmstart.copy_skill import _assistant_runs, scripted_examples
 
     model, tokenizer = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
     model.eval()

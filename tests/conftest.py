@@ -24,7 +24,7 @@ TINY_SYNTHHOP = {"num_pages": 200, "kinds": ["bridge"], "top_k": 2, "hops": 2, "
 @pytest.fixture(scope="module")
 def tiny_model_dir_for_synthhop(tmp_path_factory: pytest.TempPathFactory):
     """A from-scratch tiny model whose tokenizer was trained on TINY_SYNTHHOP's texts (a HF directory)."""
-    from agent_gym.trainers.model_init import init_model, texts_from_env
+    from agent_gym.models.model_init import init_model, texts_from_env
 
     texts = texts_from_env("AgentR1-SynthHop-v0", num_prompts=8, env_kwargs=TINY_SYNTHHOP)
     return init_model(texts, tmp_path_factory.mktemp("model"), preset="tiny", vocab_size=600, seed=0)

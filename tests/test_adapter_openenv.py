@@ -81,8 +81,8 @@ def test_truncate_pays_what_the_server_env_pays(url):
 
 
 def test_our_trainers_rollout_collector_trains_against_a_remote_env(url):
+    from agent_gym.models.model_init import build_model, train_tokenizer
     from agent_gym.trainers.backends import TransformersBackend
-    from agent_gym.trainers.model_init import build_model, train_tokenizer
     from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
     tokenizer = train_tokenizer(["who what search answer tool call"] * 50, vocab_size=300)
@@ -98,9 +98,9 @@ def test_our_trainers_rollout_collector_trains_against_a_remote_env(url):
 def test_our_trainer_takes_an_update_step_against_a_remote_env(url, tmp_path):
     import torch
 
+    from agent_gym.models.model_init import build_model, train_tokenizer
     from agent_gym.trainers.config import TrainConfig
     from agent_gym.trainers.metrics import read_metrics
-    from agent_gym.trainers.model_init import build_model, train_tokenizer
     from agent_gym.trainers.trainer import Trainer
 
     tokenizer = train_tokenizer(["who what search answer tool call"] * 50, vocab_size=300)
@@ -123,8 +123,9 @@ def test_sft_learns_from_episodes_played_on_a_remote_env(url):
     # SFT needs only the contract: a teacher that reads the observation plays the remote env, and the episodes'
     # info["messages"] become training rows with the loss on the teacher's own turns. (The registered scripted
     # teachers read env.unwrapped.task and say so on a RemoteEnv: test_eval_any_env.py.)
-    from agent_gym.trainers.model_init import build_model, train_tokenizer
-    from agent_gym.trainers.sft import SFTConfig, play_policy_episodes, tokenize_episode, train_sft
+    from agent_gym.evaluation import iter_episodes
+    from agent_gym.models.model_init import build_model, train_tokenizer
+    from agent_gym.warmstart.sft import SFTConfig, tokenize_episode, train_sft
 
     class AnswersAName:
         def act(self, observation: str, info: dict) -> str:
@@ -132,7 +133,7 @@ def test_sft_learns_from_episodes_played_on_a_remote_env(url):
 
     env = RemoteEnv(url)
     try:
-        episodes = play_policy_episodes(env, AnswersAName(), 4, progress=False)
+        episodes = list(iter_episodes(env, AnswersAName(), 4, keep_messages=True, progress=False))
     finally:
         env.close()
     assert all(any(m["role"] == "assistant" for m in episode.messages) for episode in episodes)
@@ -237,7 +238,7 @@ def test_env_serve_refuses_an_unknown_env_id_with_a_usage_line(capsys):
 
 def test_agent_gym_eval_evaluates_a_model_on_a_served_env_by_id(url, tmp_path, capsys):
     from agent_gym.cli import main
-    from agent_gym.trainers.model_init import init_model
+    from agent_gym.models.model_init import init_model
 
     model = init_model(["who what search answer the question"] * 30, tmp_path / "model", preset="tiny",
                        vocab_size=300)

@@ -30,9 +30,9 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from agent_gym.adapters.verl import AGENT_NAME, AgentGymAgentLoop  # noqa: E402
 from agent_gym.adapters.verl_dataset import verl_rows  # noqa: E402
+from agent_gym.models.chat_template import encode_text  # noqa: E402
+from agent_gym.models.model_init import build_model, train_tokenizer  # noqa: E402
 from agent_gym.trainers.backends import SamplingParams, TransformersBackend  # noqa: E402
-from agent_gym.trainers.chat_template import encode_text  # noqa: E402
-from agent_gym.trainers.model_init import build_model, train_tokenizer  # noqa: E402
 
 ENV_ID = "AgentR1-SynthHop-v0"
 ENV_KWARGS = {"hops": 1, "num_pages": 200, "num_questions": 10, "split": "train"}

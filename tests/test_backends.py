@@ -8,8 +8,8 @@ import string
 import pytest
 import torch
 
+from agent_gym.models.model_init import build_model, train_tokenizer
 from agent_gym.trainers.backends import GenerationError, SamplingParams, TransformersBackend, make_backend
-from agent_gym.trainers.model_init import build_model, train_tokenizer
 
 
 @pytest.fixture(scope="module")

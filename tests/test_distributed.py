@@ -20,11 +20,11 @@ from conftest import FACT_TASKS, FactLookup  # noqa: E402
 
 from agent_gym.distributed import EnvPoolError, RayEnvPool, connect_ray  # noqa: E402
 from agent_gym.env import ToolEnv  # noqa: E402
+from agent_gym.env_batch import EnvLost  # noqa: E402
+from agent_gym.models.chat_template import encode_text  # noqa: E402
+from agent_gym.models.model_init import build_model, train_tokenizer  # noqa: E402
 from agent_gym.tools import ToolResult  # noqa: E402
 from agent_gym.trainers.backends import Generation, GenerationBackend, TransformersBackend  # noqa: E402
-from agent_gym.trainers.chat_template import encode_text  # noqa: E402
-from agent_gym.trainers.env_batch import EnvLost  # noqa: E402
-from agent_gym.trainers.model_init import build_model, train_tokenizer  # noqa: E402
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig, RolloutError  # noqa: E402
 
 # Ray's workers cannot import pytest's test modules: ship this module's and conftest's classes by value.

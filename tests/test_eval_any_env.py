@@ -54,7 +54,7 @@ def test_evaluate_plays_an_env_that_is_not_a_tool_env():
 
 
 def test_a_model_policy_evaluates_on_an_env_that_is_not_a_tool_env():
-    from agent_gym.trainers.model_init import build_model, train_tokenizer
+    from agent_gym.models.model_init import build_model, train_tokenizer
     from agent_gym.trainers.model_policy import ModelPolicy
 
     tokenizer = train_tokenizer(["say answer the number one two three"] * 50, vocab_size=300)

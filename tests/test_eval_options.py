@@ -15,7 +15,7 @@ def test_eval_of_a_model_caps_tokens_turns_and_threads(tiny_model_dir_for_synthh
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from agent_gym.trainers.threads import DEFAULT_TORCH_THREADS
+    from agent_gym.models.threads import DEFAULT_TORCH_THREADS
 
     monkeypatch.setattr(torch, "set_num_threads", lambda n: threads.append(n))
     threads: list[int] = []
@@ -61,11 +61,11 @@ def test_sft_help_shows_each_default(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_train_pretrain_sft_and_eval_default_to_the_measured_thread_count() -> None:
     from agent_gym.cli import _build_parser
+    from agent_gym.models.threads import DEFAULT_TORCH_THREADS
     from agent_gym.trainers.config import TrainConfig
-    from agent_gym.trainers.pretrain import PretrainConfig
-    from agent_gym.trainers.threads import DEFAULT_TORCH_THREADS
+    from agent_gym.warmstart.pretrain import PretrainConfig
 
-    assert DEFAULT_TORCH_THREADS == 1  # measured: see agent_gym/trainers/threads.py
+    assert DEFAULT_TORCH_THREADS == 1  # measured: see agent_gym/models/threads.py
     assert TrainConfig().torch_threads == PretrainConfig().torch_threads == DEFAULT_TORCH_THREADS
     sft = _build_parser("sft").parse_args(["--env", "E", "--model", "m", "--out", "o"])
     assert sft.torch_threads == DEFAULT_TORCH_THREADS

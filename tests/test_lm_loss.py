@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from agent_gym.trainers.lm_loss import WeightedRow, weighted_lm_loss
-from agent_gym.trainers.model_init import load_model_and_tokenizer
+from agent_gym.models.model_init import load_model_and_tokenizer
+from agent_gym.warmstart.lm_loss import WeightedRow, weighted_lm_loss
 
 
 def _reference(model: torch.nn.Module, rows: list[WeightedRow], pad_id: int) -> torch.Tensor:

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent_gym.trainers.lora_weights import merged_tensors
-from agent_gym.trainers.model_init import is_adapter_dir, load_model_and_tokenizer
-from agent_gym.trainers.precision import (
+from agent_gym.models.lora_weights import merged_tensors
+from agent_gym.models.model_init import is_adapter_dir, load_model_and_tokenizer
+from agent_gym.models.precision import (
     MIN_BF16_SPEEDUP,
     cpu_flags,
     cpu_has_fast_bf16,
     measured_bf16_speedup,
     resolve_dtype,
 )
-from agent_gym.trainers.sft import SFTConfig, prepare_sft_model
+from agent_gym.warmstart.sft import SFTConfig, prepare_sft_model
 from tests.conftest import TINY_SYNTHHOP
 
 

@@ -12,9 +12,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agent_gym.spaces import UnicodeText
-from agent_gym.trainers.chat_template import assistant_turn_suffix, render_delta, render_prompt
-from agent_gym.trainers.model_init import (
+from agent_gym.models.chat_template import assistant_turn_suffix, render_delta, render_prompt
+from agent_gym.models.model_init import (
     PRESETS,
     SPECIAL_TOKENS,
     ModelInitError,
@@ -27,6 +26,7 @@ from agent_gym.trainers.model_init import (
     texts_from_env,
     train_tokenizer,
 )
+from agent_gym.spaces import UnicodeText
 
 CORPUS = [
     "Herman Melville wrote Moby Dick in 1851. He was born in New York City.",

@@ -13,7 +13,7 @@ from agent_gym.adapters.openai_server import create_chat_app
 
 
 def tiny_model():
-    from agent_gym.trainers.model_init import build_model, train_tokenizer
+    from agent_gym.models.model_init import build_model, train_tokenizer
 
     tokenizer = train_tokenizer(["who what search answer the question tool"] * 50, vocab_size=300)
     return build_model("tiny", tokenizer, seed=0).eval(), tokenizer

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent_gym.trainers.copy_drills import DrillSource, drill_row, keep_first_hits
-from agent_gym.trainers.induction import induction_rows, induction_vocab, install_previous_token_head
-from agent_gym.trainers.model_init import build_model, train_tokenizer
-from agent_gym.trainers.pretrain import PretrainConfig, Pretrainer
-from agent_gym.trainers.sft import SFTConfig, tokenize_episode, train_sft
+from agent_gym.models.model_init import build_model, train_tokenizer
+from agent_gym.warmstart.copy_drills import DrillSource, drill_row, keep_first_hits
+from agent_gym.warmstart.induction import induction_rows, induction_vocab, install_previous_token_head
+from agent_gym.warmstart.pretrain import PretrainConfig, Pretrainer
+from agent_gym.warmstart.sft import SFTConfig, tokenize_episode, train_sft
 
 SYNTH = {"num_pages": 60, "kinds": ["bridge"], "hops": [1, 2], "top_k": 2, "split": "all", "num_questions": 8}
 
@@ -69,11 +69,11 @@ def test_keep_first_hits_cuts_a_result_list_and_leaves_other_text_alone() -> Non
 def _oracle_messages() -> list[dict]:
     import gymnasium as gym
 
+    from agent_gym.evaluation import run_episode
     from agent_gym.policies import make_policy
-    from agent_gym.trainers.sft import play_policy_episodes
 
     env = gym.make("AgentR1-SynthHop-v0", **{**SYNTH, "hops": 2})
-    (play,) = play_policy_episodes(env, make_policy("oracle"), 1, progress=False)
+    play = run_episode(env, make_policy("oracle"), seed=0, options={"task_index": 0}, keep_messages=True)
     env.close()
     return play.messages
 
@@ -144,7 +144,7 @@ def test_pretraining_logs_the_copy_skill_it_measures(tmp_path, tokenizer) -> Non
 def test_sft_resumed_from_a_checkpoint_ends_with_the_weights_of_an_uninterrupted_run(
     tmp_path, tokenizer, monkeypatch
 ) -> None:
-    import agent_gym.trainers.lm_loss as lm_loss
+    import agent_gym.warmstart.lm_loss as lm_loss
 
     examples = [tokenize_episode(tokenizer, _oracle_messages())] * 6
     config = SFTConfig(epochs=2, batch_size=2, lr=1e-3, save_every=2, seed=3)

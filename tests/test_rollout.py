@@ -14,13 +14,13 @@ from conftest import FACT_TASKS, FactLookup
 
 from agent_gym import register_tool_env
 from agent_gym.env import ToolEnv
+from agent_gym.models.chat_template import encode_text, render_delta, render_prompt
+from agent_gym.models.model_init import build_model, train_tokenizer
 from agent_gym.spaces import UnicodeText
 from agent_gym.trainers.backends import Generation, GenerationBackend, TransformersBackend
-from agent_gym.trainers.chat_template import encode_text, render_delta, render_prompt
-from agent_gym.trainers.model_init import build_model, train_tokenizer
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig, RolloutError, evaluate
-from agent_gym.trainers.sft import SFTConfig, tokenize_episode, train_sft
 from agent_gym.trainers.trajectory import collate
+from agent_gym.warmstart.sft import SFTConfig, tokenize_episode, train_sft
 
 
 class EchoToolEnv(gym.Env):
@@ -351,8 +351,8 @@ def test_sft_command_warm_starts_a_model_on_scripted_episodes(tmp_path, capsys):
     import argparse
     import json
 
-    from agent_gym.trainers.model_init import init_model
-    from agent_gym.trainers.sft import add_sft_arguments, run_sft
+    from agent_gym.models.model_init import init_model
+    from agent_gym.warmstart.sft import add_sft_arguments, run_sft
 
     rng = random.Random(0)
     words = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 from conftest import FACT_TASKS, FactLookup
 
 from agent_gym.env import ToolEnv
+from agent_gym.models.model_init import build_model, train_tokenizer
 from agent_gym.trainers.backends import TransformersBackend
-from agent_gym.trainers.model_init import build_model, train_tokenizer
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
 

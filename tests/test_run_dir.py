@@ -82,8 +82,8 @@ SYNTH = {"num_pages": 60, "kinds": ["bridge"], "hops": [1, 2], "top_k": 2, "spli
 
 
 def _pretrainer(run_dir: Path, **overrides):
-    from agent_gym.trainers.model_init import build_model, train_tokenizer
-    from agent_gym.trainers.pretrain import PretrainConfig, Pretrainer
+    from agent_gym.models.model_init import build_model, train_tokenizer
+    from agent_gym.warmstart.pretrain import PretrainConfig, Pretrainer
 
     tokenizer = train_tokenizer(["who what search answer tool call"] * 50, vocab_size=300)
     settings = dict(model="unused", output_dir=str(run_dir), env_kwargs=SYNTH, induction_steps=2, drill_steps=0,

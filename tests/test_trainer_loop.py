@@ -283,7 +283,7 @@ def one_torch_thread():
 
 def _build_tiny_model(path, hidden_size: int, heads: int):
     """A 2-layer Qwen2 model with a BPE tokenizer trained on the env's texts (built in ~1 s)."""
-    from agent_gym.trainers.model_init import ModelPreset, build_model, train_tokenizer
+    from agent_gym.models.model_init import ModelPreset, build_model, train_tokenizer
 
     env = CodeLookupEnv()
     texts = [json.dumps(CodeLookupEnv.TOOLS)]

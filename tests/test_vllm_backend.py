@@ -11,9 +11,9 @@ import string
 import pytest
 import torch
 
+from agent_gym.models.model_init import init_model, load_model_and_tokenizer
 from agent_gym.trainers.backends import SamplingParams
 from agent_gym.trainers.backends.vllm_backend import vllm_available
-from agent_gym.trainers.model_init import init_model, load_model_and_tokenizer
 
 pytestmark = [
     pytest.mark.slow,
@@ -150,7 +150,7 @@ def server(tmp_path_factory):
 
     import httpx
 
-    from agent_gym.trainers.model_init import build_model, train_tokenizer
+    from agent_gym.models.model_init import build_model, train_tokenizer
 
     rng = random.Random(1)
     words = [

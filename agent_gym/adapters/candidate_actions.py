@@ -26,9 +26,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agent_gym.adapters.env_source import EnvSource, make_env
 from agent_gym.env import ToolEnv
 from agent_gym.formats import ToolCall
+from agent_gym.make import EnvSource, make_env
 from agent_gym.policies import candidate_spans
 
 __all__ = ["CandidateActionWrapper"]

@@ -22,8 +22,8 @@ def create_chat_app(model: Any, tokenizer: Any, model_name: str = "agent-gym", m
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
+    from agent_gym.models.chat_template import render_prompt, turn_stop_token_ids
     from agent_gym.trainers.backends import SamplingParams, TransformersBackend
-    from agent_gym.trainers.chat_template import render_prompt, turn_stop_token_ids
 
     backend = TransformersBackend(model, tokenizer)
     stop_ids = turn_stop_token_ids(tokenizer)

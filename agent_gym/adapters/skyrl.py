@@ -69,9 +69,9 @@ class AgentGymTextEnv(BaseTextEnv):
             if not env_id:
                 raise ValueError("AgentGymTextEnv needs env_config={'env_id': 'AgentR1-SynthHop-v0', "
                                  "'env_kwargs': {...}} (or env=...)")
-            import agent_gym  # noqa: F401 - registers the ids
+            from agent_gym.make import make_env
 
-            env = gym.make(env_id, **dict(config.get("env_kwargs") or {}))
+            env = make_env(env_id, config.get("env_kwargs"))
         self.env = env
         where = dict(extras.get("extra_info") or {})
         where.update({key: extras[key] for key in (*_TASK_KEYS, "seed") if key in extras})

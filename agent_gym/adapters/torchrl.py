@@ -18,7 +18,7 @@ from torchrl.data import Composite, NonTensor
 from torchrl.envs.gym_like import BaseInfoDictReader
 from torchrl.envs.libs.gym import GymWrapper, register_gym_spec_conversion
 
-from agent_gym.adapters.env_source import make_env
+from agent_gym.make import make_env
 from agent_gym.spaces import UnicodeText
 
 __all__ = ["NonTensorInfoReader", "make_torchrl_env", "unicode_text_to_spec"]

@@ -35,8 +35,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent_gym.adapters.env_source import make_env
 from agent_gym.formats import ToolCall, get_format
+from agent_gym.make import make_env
 
 __all__ = ["RolloutFunc", "env_reward", "make_environment_factory", "make_tool_dataset", "prepare_tokenizer"]
 

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import verifiers.v1 as vf
 
-from agent_gym.adapters.env_source import make_env
+from agent_gym.make import make_env
 
 __all__ = ["AgentGymEnv", "AgentGymTaskset", "ChatHarness"]
 

@@ -33,10 +33,9 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
 
-import gymnasium as gym
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from agent_gym.trainers.chat_template import render_delta, render_prompt, turn_stop_token_ids
+from agent_gym.models.chat_template import render_delta, render_prompt, turn_stop_token_ids
 from agent_gym.trainers.rollout import _messages_after_last_assistant
 
 __all__ = ["AGENT_NAME", "AgentGymAgentLoop"]
@@ -85,9 +84,9 @@ class AgentGymAgentLoop(AgentLoopBase):
 
     @staticmethod
     def _make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
-        import agent_gym  # noqa: F401  (registers the env ids)
+        from agent_gym.make import make_env
 
-        return gym.make(env_id, **env_kwargs)
+        return make_env(env_id, env_kwargs)
 
     async def _play(self, env: Any, reset_options: dict[str, Any], seed: Any, sampling_params: dict[str, Any],
                     max_tokens_per_turn: int) -> AgentLoopOutput:

@@ -24,12 +24,11 @@ def verl_rows(env_id: str, env_kwargs: dict[str, Any] | None = None, *, limit: i
 
     An env without a ``tasks`` list (DESIGN §2 asks only for ``task_index`` in reset) needs ``limit``.
     """
-    import gymnasium as gym
 
-    import agent_gym  # noqa: F401  (registers the env ids)
+    from agent_gym.make import make_env
 
     env_kwargs = dict(env_kwargs or {})
-    env = gym.make(env_id, **env_kwargs)
+    env = make_env(env_id, env_kwargs)
     try:
         tasks = getattr(env.unwrapped, "tasks", None)
         count = len(tasks) if tasks is not None else None

@@ -114,7 +114,7 @@ def run_bench(args: argparse.Namespace) -> int:
         model = str(_build_default_model(args.env, env_kwargs, out, args.sft_episodes))
     elif model is not None and runnable_llms:
         from agent_gym.cli_args import user_errors
-        from agent_gym.pretrained import PretrainedModelError, resolve_model
+        from agent_gym.models.pretrained import PretrainedModelError, resolve_model
 
         with user_errors(PretrainedModelError):
             model = resolve_model(model)  # a known name (smollm2-135m-instruct) becomes its converted checkpoint

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_gym import __version__
 from agent_gym.bench.report import BenchRecord
 
 __all__ = ["BenchSettings", "RUNNERS", "run"]
@@ -83,13 +84,12 @@ def _eval_due(before: int, after: int, settings: BenchSettings) -> bool:
 
 def _collector_evaluation(settings: BenchSettings, model: Any, tokenizer: Any, seed: int) -> Callable[[], dict]:
     """Greedy held-out episodes with our collector and the given (live) model: the LLM libraries' shared judge."""
-    import gymnasium as gym
-
+    from agent_gym.make import make_env
     from agent_gym.trainers.backends import TransformersBackend
     from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig, evaluate
 
     kwargs = {**settings.env_kwargs, **settings.eval_env_kwargs}
-    envs = [gym.make(settings.env_id, **kwargs) for _ in range(min(settings.eval_tasks, 16))]
+    envs = [make_env(settings.env_id, kwargs) for _ in range(min(settings.eval_tasks, 16))]
     config = RolloutConfig(max_new_tokens=settings.max_new_tokens, max_turns=settings.max_turns,
                            max_context_tokens=settings.max_context_tokens, show_progress=False)
     collector = RolloutCollector(envs, TransformersBackend(model, tokenizer), tokenizer, config)
@@ -107,7 +107,6 @@ def _collector_evaluation(settings: BenchSettings, model: Any, tokenizer: Any, s
 
 def _run_ours(algo: str) -> Callable[[BenchSettings, int, Path], None]:
     def run_ours(settings: BenchSettings, seed: int, out: Path) -> None:
-        import agent_gym
         from agent_gym.trainers import metrics as m
         from agent_gym.trainers.config import TrainConfig
         from agent_gym.trainers.trainer import Trainer
@@ -124,7 +123,7 @@ def _run_ours(algo: str) -> Callable[[BenchSettings, int, Path], None]:
             )
             trainer = Trainer(config)
             evaluation = _collector_evaluation(settings, trainer.model, trainer.tokenizer, seed)
-            log = _Log(out, f"ours-{algo}", agent_gym.__version__, seed)
+            log = _Log(out, f"ours-{algo}", __version__, seed)
             log.write(0, evaluation())
             episodes = tokens = 0
             for step in range(settings.steps):
@@ -147,13 +146,13 @@ def run_trl_grpo(settings: BenchSettings, seed: int, out: Path) -> None:
     import os
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import gymnasium as gym
     import torch
     import trl
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from agent_gym.adapters.trl import RolloutFunc, env_reward
+    from agent_gym.make import make_env
     from agent_gym.trainers.rollout import RolloutConfig
 
     torch.set_num_threads(settings.threads)
@@ -162,7 +161,7 @@ def run_trl_grpo(settings: BenchSettings, seed: int, out: Path) -> None:
     rollout = RolloutFunc(settings.env_id, num_envs=settings.batch, config=RolloutConfig(
         max_new_tokens=settings.max_new_tokens, max_turns=settings.max_turns,
         max_context_tokens=settings.max_context_tokens, show_progress=False), **settings.env_kwargs)
-    task_count = len(getattr(gym.make(settings.env_id, **settings.env_kwargs).unwrapped, "tasks", ())) or 256
+    task_count = len(getattr(make_env(settings.env_id, settings.env_kwargs).unwrapped, "tasks", ())) or 256
     dataset = rollout.dataset(min(task_count, 512))
     evaluation = _collector_evaluation(settings, model, tokenizer, seed)
     log = _Log(out, "trl-grpo", trl.__version__, seed)
@@ -205,16 +204,16 @@ def run_trl_grpo(settings: BenchSettings, seed: int, out: Path) -> None:
 
 def _run_sb3(maskable: bool) -> Callable[[BenchSettings, int, Path], None]:
     def run_sb3(settings: BenchSettings, seed: int, out: Path) -> None:
-        import gymnasium as gym
         import stable_baselines3
         import torch
         from stable_baselines3.common.callbacks import BaseCallback
 
         from agent_gym.adapters.candidate_actions import CandidateActionWrapper
+        from agent_gym.make import make_env
 
         torch.set_num_threads(settings.threads)
-        env = CandidateActionWrapper(gym.make(settings.env_id, **settings.env_kwargs))
-        eval_env = CandidateActionWrapper(gym.make(settings.env_id, **{**settings.env_kwargs,
+        env = CandidateActionWrapper(make_env(settings.env_id, settings.env_kwargs))
+        eval_env = CandidateActionWrapper(make_env(settings.env_id, {**settings.env_kwargs,
                                                                        **settings.eval_env_kwargs}))
         if maskable:
             from sb3_contrib import MaskablePPO as algorithm
@@ -275,14 +274,12 @@ def _run_sb3(maskable: bool) -> Callable[[BenchSettings, int, Path], None]:
 
 def _run_scripted(name: str) -> Callable[[BenchSettings, int, Path], None]:
     def run_scripted(settings: BenchSettings, seed: int, out: Path) -> None:
-        import gymnasium as gym
-
-        import agent_gym
         from agent_gym.evaluation import evaluate, summarize
+        from agent_gym.make import make_env
         from agent_gym.policies import make_policy
 
-        env = gym.make(settings.env_id, **{**settings.env_kwargs, **settings.eval_env_kwargs})
-        log = _Log(out, name, agent_gym.__version__, seed)
+        env = make_env(settings.env_id, {**settings.env_kwargs, **settings.eval_env_kwargs})
+        log = _Log(out, name, __version__, seed)
         summary = summarize(evaluate(env, make_policy(name, seed=seed), settings.eval_tasks, seed=seed,
                                      progress=False))
         # A scripted policy does not learn: the same held-out score at the start and at the end of the budget.

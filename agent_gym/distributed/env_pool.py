@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_gym.distributed.ray_cluster import _import_ray
+from agent_gym.env_batch import EnvLost, LocalEnvBatch, RolloutError
 from agent_gym.error import AgentGymError
-from agent_gym.trainers.env_batch import EnvLost, LocalEnvBatch, RolloutError
 
 __all__ = ["EnvPoolError", "EnvShard", "RayEnvPool", "ray_env_pool_factory"]
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent_gym.error import AgentGymError
+from agent_gym.models.threads import DEFAULT_TORCH_THREADS
 from agent_gym.trainers.algorithms import ESTIMATORS
 from agent_gym.trainers.losses import AGGREGATIONS, KL_ESTIMATORS
-from agent_gym.trainers.threads import DEFAULT_TORCH_THREADS
 
 __all__ = ["ConfigError", "TrainConfig", "add_dataclass_arguments", "config_from_dict", "load_config"]
 
@@ -78,7 +78,7 @@ class TrainConfig:
         metadata=_help(
             "torch.set_num_threads for training and generation; 0 keeps torch's default (one per core). Measured "
             "on a shared 2-core machine: 4 PPO steps of a hidden-32 model took 41 s with torch's default, 1 s with "
-            "1 (more in agent_gym/trainers/threads.py)."
+            "1 (more in agent_gym/models/threads.py)."
         ),
     )
     device: str = field(

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from agent_gym.error import AgentGymError
+from agent_gym.models.chat_template import render_prompt, turn_stop_token_ids
 from agent_gym.trainers.backends import GenerationBackend, SamplingParams, TransformersBackend
-from agent_gym.trainers.chat_template import render_prompt, turn_stop_token_ids
 
 __all__ = ["SELECTIONS", "ModelPolicy", "ModelPolicyError", "best_candidate"]
 
@@ -104,8 +104,8 @@ class ModelPolicy:
         """Load a model directory (ours from `agent-gym model init` / `sft` / `train`, a known name such as
         ``smollm2-135m-instruct``, or a HF checkpoint), or a training run's directory (its ``final/``), with an
         optional LoRA ``adapter`` merged in. ``select="value"`` loads the critic saved beside the policy."""
+        from agent_gym.models.model_init import ADAPTER_CONFIG, load_model_and_tokenizer
         from agent_gym.trainers.critic import CRITIC_FILE, ValueModel
-        from agent_gym.trainers.model_init import ADAPTER_CONFIG, load_model_and_tokenizer
 
         path = Path(path)
         if any((path / "final" / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):

@@ -33,9 +33,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from agent_gym.env_batch import EnvBatch, EnvLost, LocalEnvBatch, ResetResult, RolloutError, StepResult
+from agent_gym.models.chat_template import render_delta, render_prompt, turn_stop_token_ids
 from agent_gym.trainers.backends.base import Generation, GenerationBackend, SamplingParams
-from agent_gym.trainers.chat_template import render_delta, render_prompt, turn_stop_token_ids
-from agent_gym.trainers.env_batch import EnvBatch, EnvLost, LocalEnvBatch, ResetResult, RolloutError, StepResult
 from agent_gym.trainers.trajectory import Trajectory
 
 __all__ = ["RolloutCollector", "RolloutConfig", "RolloutError", "evaluate"]

@@ -166,7 +166,7 @@ class Trainer:
         if (config.adapter or config.lora_rank > 0) and config.backend == "transformers" and backend is None:
             self._sampler_model = copy.deepcopy(model).eval().requires_grad_(False)
         if config.adapter:
-            from agent_gym.trainers.model_init import load_adapter
+            from agent_gym.models.model_init import load_adapter
 
             self.model = load_adapter(model, config.adapter, trainable=True)
         else:
@@ -208,8 +208,8 @@ class Trainer:
             raise ConfigError(
                 "model is required: pass --model PATH_OR_NAME (e.g. a dir from `agent-gym model init`)"
             )
-        from agent_gym.trainers.model_init import load_model_and_tokenizer
-        from agent_gym.trainers.precision import resolve_dtype
+        from agent_gym.models.model_init import load_model_and_tokenizer
+        from agent_gym.models.precision import resolve_dtype
 
         dtype = resolve_dtype(config.dtype, _resolve_device(config.device))
         return load_model_and_tokenizer(config.model, dtype=dtype)
@@ -230,19 +230,18 @@ class Trainer:
         return get_peft_model(model, lora)
 
     def _default_env_fns(self, env_kwargs: dict[str, Any]) -> list[Callable[[], Any]]:
-        import gymnasium as gym
 
-        import agent_gym  # noqa: F401  (importing the package registers the env ids; no concrete env import)
+        from agent_gym.make import make_env
 
         env_id = self.config.env_id
 
         def make() -> Any:
-            return gym.make(env_id, **env_kwargs)
+            return make_env(env_id, env_kwargs)
 
         return [make] * self.config.rollout_batch_size
 
     def _make_backend(self) -> GenerationBackend:
-        from agent_gym.trainers.precision import dtype_name, resolve_dtype
+        from agent_gym.models.precision import dtype_name, resolve_dtype
 
         config = self.config
         if config.backend == "transformers":

@@ -149,7 +149,7 @@ class TransformersBackend(GenerationBackend):
         when both are the same object. Cached prefixes of the old weights are dropped."""
         if model is self.model:
             return
-        from agent_gym.trainers.lora_weights import merged_tensors
+        from agent_gym.models.lora_weights import merged_tensors
 
         state = dict(merged_tensors(model))
         with torch.no_grad():

@@ -48,7 +48,7 @@ def vllm_available() -> bool:
 def checkpoint_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) pairs in Hugging Face checkpoint naming, LoRA adapters merged in (computed aside, so the
     trainer's frozen base never drifts), so vLLM serves exactly the policy the trainer holds."""
-    from agent_gym.trainers.lora_weights import merged_tensors
+    from agent_gym.models.lora_weights import merged_tensors
 
     yield from merged_tensors(model)
 

@@ -1,11 +1,11 @@
-"""Adapters read their env source one way: an id with kwargs, a factory, or an env."""
+"""`agent_gym.make_env` reads an env source one way: an id with kwargs, a factory, or an env."""
 
 from __future__ import annotations
 
 import gymnasium as gym
 import pytest
 
-from agent_gym.adapters.env_source import make_env
+from agent_gym.make import make_env
 
 
 def test_an_id_is_made_with_its_kwargs_and_a_factory_is_called():
@@ -26,3 +26,17 @@ def test_kwargs_without_an_id_and_sources_of_other_types_are_refused():
         make_env(lambda: gym.make("AgentR1-Calculator-v0"), {"max_turns": 3})
     with pytest.raises(TypeError, match="got int"):
         make_env(3)
+
+
+def test_an_unknown_id_is_an_agent_gym_error_that_names_the_listing_command():
+    from agent_gym.error import AgentGymError
+
+    with pytest.raises(AgentGymError, match="agent-gym envs") as caught:
+        make_env("AgentR1-NoSuchEnv-v0")
+    assert isinstance(caught.value, gym.error.Error)
+
+
+def test_make_env_is_public_api():
+    import agent_gym
+
+    assert agent_gym.make_env is make_env

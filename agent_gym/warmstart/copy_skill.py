@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from agent_gym.trainers.sft import SFTExample, tokenize_episode
+from agent_gym.warmstart.sft import SFTExample, tokenize_episode
 
 __all__ = ["turn_exactness", "copy_skill", "scripted_examples"]
 
@@ -71,15 +71,15 @@ def scripted_examples(
     tokenizer: Any, env_id: str, env_kwargs: dict[str, Any], policy: str = "oracle", episodes: int = 64, seed: int = 0
 ) -> list[SFTExample]:
     """Token layouts of ``episodes`` episodes of a scripted policy on ``gymnasium.make(env_id, **env_kwargs)``."""
-    import gymnasium as gym
 
-    import agent_gym  # noqa: F401  (registers the env ids; no concrete env import)
+    from agent_gym.evaluation import iter_episodes
+    from agent_gym.make import make_env
     from agent_gym.policies import make_policy
-    from agent_gym.trainers.sft import play_policy_episodes
 
-    env = gym.make(env_id, **env_kwargs)
+    env = make_env(env_id, env_kwargs)
     try:
-        plays = play_policy_episodes(env, make_policy(policy, seed=seed), episodes, seed=seed, progress=False)
+        plays = list(iter_episodes(env, make_policy(policy, seed=seed), episodes, seed=seed, keep_messages=True,
+                                   progress=False))
     finally:
         env.close()
     return [tokenize_episode(tokenizer, play.messages) for play in plays]

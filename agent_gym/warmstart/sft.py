@@ -21,18 +21,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from agent_gym.trainers.chat_template import encode_plain_text, render_delta, render_prompt
-from agent_gym.trainers.model_init import ModelInitError, load_model_and_tokenizer
-
-
-@dataclass
-class PolicyEpisode:
-    """The full context of one scripted episode."""
-
-    messages: list[dict]
-    tools: list[dict]
-    reward: float
-    task_id: str
+from agent_gym.models.chat_template import encode_plain_text, render_delta, render_prompt
+from agent_gym.models.model_init import ModelInitError, load_model_and_tokenizer
 
 
 @dataclass
@@ -68,26 +58,6 @@ class SFTConfig:
     dtype: str = "auto"
     lora_rank: int = 0  # 0: full fine-tune
     lora_alpha: int = 32
-
-
-def play_policy_episodes(
-    env: Any, policy: Any, num_episodes: int, seed: int = 0, task_offset: int = 0, progress: bool = True
-) -> list[PolicyEpisode]:
-    """Run `policy` (`begin(env, observation, info)` then `act(observation, info) -> str`) for `num_episodes`
-    episodes on tasks `task_offset, task_offset + 1, ...`; keep each episode's final `info["messages"]`."""
-    episodes = []
-    for index in tqdm(range(num_episodes), desc="scripted episodes", disable=not progress, unit="ep"):
-        observation, info = env.reset(seed=seed + index, options={"task_index": task_offset + index})
-        tools = list(info.get("tools") or [])
-        begin = getattr(policy, "begin", None)
-        if callable(begin):
-            begin(env.unwrapped, observation, info)
-        total, terminated, truncated = 0.0, False, False
-        while not (terminated or truncated):
-            observation, reward, terminated, truncated, info = env.step(policy.act(observation, info))
-            total += float(reward)
-        episodes.append(PolicyEpisode(list(info["messages"]), tools, total, str(info.get("task_id", index))))
-    return episodes
 
 
 def tokenize_episode(
@@ -165,7 +135,7 @@ def train_sft(
     """AdamW on next-token cross-entropy over assistant tokens only; returns the loss of every step run.
 
     Args:
-        drills: a :class:`~agent_gym.trainers.copy_drills.DrillSource`; with ``config.drill_tokens`` > 0, each
+        drills: a :class:`~agent_gym.warmstart.copy_drills.DrillSource`; with ``config.drill_tokens`` > 0, each
             step adds ``drill_weight`` x the loss of that many tokens of pointer drills (drill ``step``).
         output_dir: where checkpoints go (``config.save_every``); a run finds its latest one there and resumes.
     """
@@ -176,7 +146,7 @@ def train_sft(
         save_checkpoint,
         trainable_state_dict,
     )
-    from agent_gym.trainers.lm_loss import WeightedRow, weighted_lm_loss
+    from agent_gym.warmstart.lm_loss import WeightedRow, weighted_lm_loss
 
     if not examples:
         raise ValueError("no SFT examples to train on")
@@ -248,7 +218,7 @@ def _autocast(model: torch.nn.Module, config: SFTConfig) -> Any:
     """bf16 autocast for a full fine-tune whose weights are fp32 and whose dtype is bf16; a no-op otherwise."""
     import contextlib
 
-    from agent_gym.trainers.precision import resolve_dtype
+    from agent_gym.models.precision import resolve_dtype
 
     device = next(model.parameters()).device
     wanted = resolve_dtype(config.dtype, device)
@@ -271,7 +241,7 @@ def prepare_sft_model(model: torch.nn.Module, config: SFTConfig) -> torch.nn.Mod
 
 def sft_load_dtype(config: SFTConfig) -> torch.dtype:
     """The dtype to load the model in: bf16 only for a frozen LoRA base (full fine-tunes keep fp32 masters)."""
-    from agent_gym.trainers.precision import resolve_dtype
+    from agent_gym.models.precision import resolve_dtype
 
     return resolve_dtype(config.dtype) if config.lora_rank else torch.float32
 
@@ -279,7 +249,7 @@ def sft_load_dtype(config: SFTConfig) -> torch.dtype:
 def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `agent-gym sft`."""
     from agent_gym.cli_args import DefaultsHelpFormatter, add_env_kwargs_arguments
-    from agent_gym.trainers.threads import DEFAULT_TORCH_THREADS
+    from agent_gym.models.threads import DEFAULT_TORCH_THREADS
 
     parser.formatter_class = DefaultsHelpFormatter  # --help shows every default
     parser.add_argument("--env", required=True, help="Gymnasium id of the env (e.g. AgentR1-SynthHop-v0)")
@@ -313,7 +283,7 @@ def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy-kwarg", action="append", metavar="KEY=VALUE", default=[],
                         help="option of the scripted policy (repeatable), e.g. --policy-kwarg p_multihop=0.4")
     parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS,
-                        help="torch.set_num_threads; 0: torch's own, one per core (agent_gym/trainers/threads.py "
+                        help="torch.set_num_threads; 0: torch's own, one per core (agent_gym/models/threads.py "
                              "has the measurements behind the default)")
     parser.add_argument("--save-every", type=int, default=0,
                         help="steps between checkpoints in OUT/checkpoints; a rerun resumes from the latest")
@@ -340,6 +310,7 @@ _RUN_FILES = ("checkpoints", "sft_summary.json", "config.json", "generation_conf
 def run_sft(ns: argparse.Namespace) -> int:
     """Entry point of `agent-gym sft`; returns an exit code."""
     from agent_gym.cli_args import UsageError, env_kwargs_from_args, make_env, user_errors
+    from agent_gym.evaluation import iter_episodes
     from agent_gym.policies import PolicyError, make_policy
     from agent_gym.trainers.checkpoint import CheckpointError, latest_checkpoint
     from agent_gym.trainers.run_dir import RunDirectoryError, check_run_dir, clear_run_dir
@@ -361,7 +332,8 @@ def run_sft(ns: argparse.Namespace) -> int:
     env = make_env(ns.env, env_kwargs)  # registers the env ids; no concrete env import
     try:
         with user_errors(PolicyError):
-            episodes = play_policy_episodes(env, policy, ns.episodes, seed=ns.seed, task_offset=ns.task_offset)
+            episodes = list(iter_episodes(env, policy, ns.episodes, seed=ns.seed, task_offset=ns.task_offset,
+                                          keep_messages=True, description="scripted episodes"))
     finally:
         env.close()
     if ns.min_reward is not None:
@@ -371,7 +343,7 @@ def run_sft(ns: argparse.Namespace) -> int:
         drill_tokens=ns.drill_tokens, drill_weight=ns.drill_weight, save_every=ns.save_every,
         dtype=ns.dtype, lora_rank=ns.lora_rank, lora_alpha=ns.lora_alpha,
     )
-    from agent_gym.pretrained import PretrainedModelError
+    from agent_gym.models.pretrained import PretrainedModelError
 
     with user_errors(ModelInitError, PretrainedModelError):
         model, tokenizer = load_model_and_tokenizer(ns.model, dtype=sft_load_dtype(config))
@@ -379,7 +351,7 @@ def run_sft(ns: argparse.Namespace) -> int:
     examples = [tokenize_episode(tokenizer, episode.messages) for episode in episodes]
     drills = None
     if ns.drill_tokens > 0:
-        from agent_gym.trainers.copy_drills import DrillSource
+        from agent_gym.warmstart.copy_drills import DrillSource
 
         overrides = parse_json_object(ns.drill_env_kwargs, "--drill-env-kwargs")
         # The env's own questions, in small worlds made fresh every step (cheap to build).

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from agent_gym.trainers.lm_loss import WeightedRow
+from agent_gym.warmstart.lm_loss import WeightedRow
 
 __all__ = ["induction_rows", "induction_vocab", "install_previous_token_head"]
 

@@ -20,7 +20,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
 
 from agent_gym.error import AgentGymError
-from agent_gym.trainers.chat_template import QWEN25_CHAT_TEMPLATE
+from agent_gym.models.chat_template import QWEN25_CHAT_TEMPLATE
 
 # Control tokens: never produced by plain text, skipped when decoding with skip_special_tokens.
 CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -186,13 +186,13 @@ def load_model_and_tokenizer(
     adapter: str | Path | None = None,
 ) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer: ours, a known offline name such as ``smollm2-135m-instruct`` (converted on
-    first use, see :mod:`agent_gym.pretrained`), or a hub checkpoint such as Qwen/Qwen2.5-3B-Instruct.
+    first use, see :mod:`agent_gym.models.pretrained`), or a hub checkpoint such as Qwen/Qwen2.5-3B-Instruct.
 
     ``adapter``: a LoRA adapter directory (``agent-gym sft/train --lora-rank``) merged into the weights. A directory
     that holds only an adapter may also be passed as ``name_or_path``; its base model is the one it names.
     Ensures the tokenizer has a pad token and a chat template, and pads on the left (for generation).
     """
-    from agent_gym.pretrained import PretrainedModelError, is_known_model, resolve_model
+    from agent_gym.models.pretrained import PretrainedModelError, is_known_model, resolve_model
 
     if adapter is None and is_adapter_dir(name_or_path):
         adapter, name_or_path = name_or_path, adapter_base_model(name_or_path)
@@ -288,10 +288,10 @@ def texts_from_env(env_id: str, num_prompts: int = 256, env_kwargs: dict | None 
     and the rendered system prompts, questions and tool schemas of `num_prompts` resets."""
     import gymnasium as gym
 
-    import agent_gym  # noqa: F401  (registers every env id; never a concrete env module)
+    from agent_gym.make import make_env
 
     try:
-        env = gym.make(env_id, **(env_kwargs or {}))
+        env = make_env(env_id, env_kwargs)
     except gym.error.Error as error:
         raise ModelInitError(f"cannot make env {env_id!r}: {error}") from error
     texts: list[str] = []

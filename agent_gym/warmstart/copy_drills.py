@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent_gym.trainers.lm_loss import WeightedRow
-from agent_gym.trainers.sft import tokenize_episode
+from agent_gym.warmstart.lm_loss import WeightedRow
+from agent_gym.warmstart.sft import tokenize_episode
 
 __all__ = ["DRILL_FORMS", "DrillSource", "drill_row", "keep_first_hits"]
 
@@ -90,22 +90,21 @@ class DrillSource:
 
     def rows(self, index: int, tokens: int) -> list[WeightedRow]:
         """Rows of one form, from one fresh env, until they hold about ``tokens`` tokens."""
-        import gymnasium as gym
 
-        import agent_gym  # noqa: F401  (registers the env ids; no concrete env import)
+        from agent_gym.evaluation import run_episode
+        from agent_gym.make import make_env
         from agent_gym.policies import make_policy
-        from agent_gym.trainers.sft import play_policy_episodes
 
         forms = dict(self.forms or DRILL_FORMS)
         rng = random.Random(f"{self.seed}:{index}")
         form = rng.choices(list(forms), weights=list(forms.values()))[0]
-        env = gym.make(self.env_id, **{**self.env_kwargs, self.fresh_kwarg: self.fresh_start + index})
+        env = make_env(self.env_id, {**self.env_kwargs, self.fresh_kwarg: self.fresh_start + index})
         rows: list[WeightedRow] = []
         try:
             policy = make_policy(self.policy, seed=rng.randrange(2**31), **dict(self.policy_options or {}))
             task = 0
             while sum(len(row.input_ids) for row in rows) < tokens:
-                (play,) = play_policy_episodes(env, policy, 1, seed=task, task_offset=task, progress=False)
+                play = run_episode(env, policy, seed=task, options={"task_index": task}, keep_messages=True)
                 rows.append(drill_row(self.tokenizer, play.messages, form, self.env_token_weight))
                 task += 1
         finally:

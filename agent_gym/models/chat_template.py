@@ -98,7 +98,7 @@ def _render_text(
     if not getattr(tokenizer, "chat_template", None):
         raise ChatTemplateError(
             "the tokenizer has no chat_template; build the model with `agent-gym model init` or set "
-            "tokenizer.chat_template (agent_gym.trainers.chat_template.QWEN25_CHAT_TEMPLATE fits Qwen-style "
+            "tokenizer.chat_template (agent_gym.models.chat_template.QWEN25_CHAT_TEMPLATE fits Qwen-style "
             "tokenizers)"
         )
     try:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from agent_gym.models.threads import DEFAULT_TORCH_THREADS
 from agent_gym.trainers.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -35,13 +36,12 @@ from agent_gym.trainers.checkpoint import (
     save_checkpoint,
 )
 from agent_gym.trainers.config import ConfigError, add_dataclass_arguments, config_from_namespace
-from agent_gym.trainers.copy_drills import DRILL_FORMS, DrillSource
-from agent_gym.trainers.copy_skill import copy_skill
-from agent_gym.trainers.induction import induction_rows, induction_vocab, install_previous_token_head
-from agent_gym.trainers.lm_loss import WeightedRow, weighted_lm_loss
 from agent_gym.trainers.metrics import METRICS_FILE, MetricsLogger
 from agent_gym.trainers.run_dir import RunDirectoryError, check_run_dir, clear_run_dir
-from agent_gym.trainers.threads import DEFAULT_TORCH_THREADS
+from agent_gym.warmstart.copy_drills import DRILL_FORMS, DrillSource
+from agent_gym.warmstart.copy_skill import copy_skill
+from agent_gym.warmstart.induction import induction_rows, induction_vocab, install_previous_token_head
+from agent_gym.warmstart.lm_loss import WeightedRow, weighted_lm_loss
 
 __all__ = ["PretrainConfig", "Pretrainer", "add_pretrain_arguments", "run_pretrain"]
 
@@ -124,7 +124,7 @@ class PretrainConfig:
     save_every: int = field(default=200, metadata=_help("Steps between checkpoints (0: only at the end)."))
     keep_checkpoints: int = field(default=2, metadata=_help("Checkpoints kept on disk."))
     torch_threads: int = field(default=DEFAULT_TORCH_THREADS, metadata=_help(
-        "torch.set_num_threads; 0 keeps torch's default, one per core (agent_gym/trainers/threads.py: the "
+        "torch.set_num_threads; 0 keeps torch's default, one per core (agent_gym/models/threads.py: the "
         "measurements behind the default)."))
     seed: int = field(default=0, metadata=_help("Seed of the data stream and of the model's init changes."))
     show_progress: bool = field(default=True, metadata=_help("Show a progress bar."))
@@ -168,7 +168,7 @@ class Pretrainer:
         if config.torch_threads > 0:
             torch.set_num_threads(config.torch_threads)
         if model is None or tokenizer is None:
-            from agent_gym.trainers.model_init import load_model_and_tokenizer
+            from agent_gym.models.model_init import load_model_and_tokenizer
 
             model, tokenizer = load_model_and_tokenizer(config.model)
         self.model, self.tokenizer = model, tokenizer
@@ -315,7 +315,7 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
 def run_pretrain(ns: argparse.Namespace) -> int:
     """Entry point of `agent-gym model pretrain`; returns an exit code."""
     from agent_gym.cli_args import UsageError
-    from agent_gym.trainers.model_init import ModelInitError
+    from agent_gym.models.model_init import ModelInitError
 
     try:
         config = config_from_namespace(ns, PretrainConfig)
