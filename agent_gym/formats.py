@@ -20,7 +20,7 @@ import math
 import re
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,6 +176,57 @@ def _no_action_error(example_call: str) -> str:
     )
 
 
+@dataclass
+class _CallScan:
+    """What a scan of a turn for tag-delimited calls found."""
+
+    outside: list[str] = field(default_factory=list)  # the text between calls, where an answer may be
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (opening tag as written, body)
+    call_errors: list[str] = field(default_factory=list)
+    unclosed: bool = False
+
+
+def _scan_calls(
+    action: str,
+    next_call: Callable[[int], tuple[int, int, str] | None],
+    unclosed: Callable[[str], str],
+    nested: Callable[[str], str],
+) -> _CallScan:
+    """Split a turn into calls and the text outside them; the hermes and xml formats differ only in how the
+    next opening tag is found (``next_call(position) -> (start, body_start, closing tag)``) and in their
+    messages. Everything after an unclosed tag is inside it; a body holding its own opening tag is refused."""
+    scan, position = _CallScan(), 0
+    while True:
+        found = next_call(position)
+        if found is None:
+            scan.outside.append(action[position:])
+            return scan
+        start, body_start, close = found
+        scan.outside.append(action[position:start])
+        end = action.find(close, body_start)
+        if end < 0:
+            scan.call_errors.append(unclosed(close))
+            scan.unclosed = True
+            return scan
+        opening, body = action[start:body_start], action[body_start:end]
+        position = end + len(close)
+        if opening in body:
+            scan.call_errors.append(nested(opening))
+            continue
+        scan.calls.append((opening, body))
+
+
+def _finish_parse(parsed: ParsedAction, scan: _CallScan, max_calls: int, example_call: str) -> ParsedAction:
+    """The answer outside the calls, the call errors after the turn's own, the call cap, and the hint for a turn
+    that did nothing."""
+    parsed.answer = _answer_outside(scan.outside, parsed.errors)
+    parsed.errors.extend(scan.call_errors)
+    _cap_calls(parsed, max_calls)
+    if parsed.answer is None and not parsed.tool_calls and not parsed.errors:
+        parsed.errors.append(_no_action_error(example_call))
+    return parsed
+
+
 class ToolFormat(ABC):
     """How tool calls, tool results and answers are written as text."""
 
@@ -235,35 +286,23 @@ class HermesFormat(ToolFormat):
     def parse(self, action: str, tool_schemas: Sequence[dict[str, Any]], max_calls: int) -> ParsedAction:
         parsed = ParsedAction()
         known = _schema_names(tool_schemas)
-        outside: list[str] = []  # the text between calls, where an answer may be
-        call_errors: list[str] = []
-        position = 0
-        while True:
+
+        def next_call(position: int) -> tuple[int, int, str] | None:
             start = action.find(self._OPEN, position)
-            if start < 0:
-                outside.append(action[position:])
-                if self._CLOSE in outside[-1]:
-                    call_errors.append(f"found {self._CLOSE} without a matching {self._OPEN}.")
-                break
-            outside.append(action[position:start])
-            end = action.find(self._CLOSE, start)
-            if end < 0:  # everything after an unclosed tag is inside it
-                call_errors.append(f"a {self._OPEN} tag is not closed; end each call with {self._CLOSE}.")
-                break
-            body = action[start + len(self._OPEN) : end]
-            position = end + len(self._CLOSE)
-            if self._OPEN in body:
-                call_errors.append(f"nested {self._OPEN} tags; write one call per {self._OPEN} block.")
-                continue
+            return None if start < 0 else (start, start + len(self._OPEN), self._CLOSE)
+
+        scan = _scan_calls(
+            action, next_call,
+            unclosed=lambda close: f"a {self._OPEN} tag is not closed; end each call with {close}.",
+            nested=lambda opening: f"nested {opening} tags; write one call per {opening} block.",
+        )
+        if self._CLOSE in scan.outside[-1] and not scan.unclosed:
+            scan.call_errors.append(f"found {self._CLOSE} without a matching {self._OPEN}.")
+        for _opening, body in scan.calls:
             parsed.tool_calls.append(_check_known_tool(self._parse_body(body, len(parsed.tool_calls)), known))
-        parsed.answer = _answer_outside(outside, parsed.errors)
-        parsed.errors.extend(call_errors)
-        _cap_calls(parsed, max_calls)
-        if parsed.answer is None and not parsed.tool_calls and not parsed.errors:
-            example = next(iter(known), "search")
-            call = f'<tool_call>{{"name": "{example}", "arguments": {{...}}}}</tool_call>'
-            parsed.errors.append(_no_action_error(call))
-        return parsed
+        example = next(iter(known), "search")
+        return _finish_parse(parsed, scan, max_calls,
+                             f'<tool_call>{{"name": "{example}", "arguments": {{...}}}}</tool_call>')
 
     @staticmethod
     def _parse_body(body: str, index: int) -> ToolCall:
@@ -335,34 +374,22 @@ class XMLFormat(ToolFormat):
     def parse(self, action: str, tool_schemas: Sequence[dict[str, Any]], max_calls: int) -> ParsedAction:
         parsed = ParsedAction()
         known = _schema_names(tool_schemas)
-        outside: list[str] = []  # the text between calls, where an answer may be
-        call_errors: list[str] = []
-        position = 0
-        while True:
+
+        def next_call(position: int) -> tuple[int, int, str] | None:
+            # <answer>, <think> and prose tags are not calls
             match = next((m for m in self._TAG.finditer(action, position) if m.group(1) in known), None)
-            if match is None:  # <answer>, <think> and prose tags are not calls
-                outside.append(action[position:])
-                break
-            outside.append(action[position : match.start()])
-            name = match.group(1)
-            close = f"</{name}>"
-            end = action.find(close, match.end())
-            if end < 0:  # everything after an unclosed tag is inside it
-                call_errors.append(f"the <{name}> tag is not closed; end it with {close}.")
-                break
-            body = action[match.end() : end]
-            position = end + len(close)
-            if f"<{name}>" in body:
-                call_errors.append(f"nested <{name}> tags; write one call per tag.")
-                continue
+            return None if match is None else (match.start(), match.end(), f"</{match.group(1)}>")
+
+        scan = _scan_calls(
+            action, next_call,
+            unclosed=lambda close: f"the <{close[2:-1]}> tag is not closed; end it with {close}.",
+            nested=lambda opening: f"nested {opening} tags; write one call per tag.",
+        )
+        for opening, body in scan.calls:
+            name = opening[1:-1]
             parsed.tool_calls.append(self._call_from_body(name, body.strip(), known[name], len(parsed.tool_calls)))
-        parsed.answer = _answer_outside(outside, parsed.errors)
-        parsed.errors.extend(call_errors)
-        _cap_calls(parsed, max_calls)
-        if parsed.answer is None and not parsed.tool_calls and not parsed.errors:
-            first = next(iter(known), "search")
-            parsed.errors.append(_no_action_error(f"<{first}>...</{first}>"))
-        return parsed
+        first = next(iter(known), "search")
+        return _finish_parse(parsed, scan, max_calls, f"<{first}>...</{first}>")
 
     @staticmethod
     def _plain_parameter(function: dict[str, Any]) -> str | None:
