@@ -13,7 +13,7 @@ from typing import Any
 from agent_gym.retrieval_index.base import RetrievalError, Retriever
 from agent_gym.tools import Tool, ToolResult
 
-__all__ = ["SearchTool", "format_hits"]
+__all__ = ["SearchTool", "first_hits", "format_hits"]
 
 
 def format_hits(hits: Sequence[Any]) -> str:
@@ -21,6 +21,16 @@ def format_hits(hits: Sequence[Any]) -> str:
     if not hits:
         return "No results found."
     return "\n".join(f"Doc {rank} (Title: {hit.title}) {hit.text}" for rank, hit in enumerate(hits, start=1))
+
+
+def first_hits(text: str, count: int) -> str:
+    """The first ``count`` hits of a result that :func:`format_hits` rendered (other text is returned as it is).
+
+    For code that holds only the rendered text (a transcript's tool message); code that has the step's info reads
+    the structured hits of ``info["tool_calls"][i]["hits"]`` instead.
+    """
+    cut = text.find(f"\nDoc {count + 1} (Title: ") if text.startswith("Doc 1 (Title: ") else -1
+    return text if cut < 0 else text[:cut]
 
 
 class SearchTool(Tool):
@@ -80,7 +90,9 @@ class SearchTool(Tool):
                 for index, hits in zip(positions, batches, strict=True):
                     results[index] = ToolResult(
                         text=format_hits(hits),
-                        metadata={"titles": [hit.title for hit in hits], "ids": [hit.id for hit in hits]},
+                        metadata={"titles": [hit.title for hit in hits], "ids": [hit.id for hit in hits],
+                                  "hits": [{"doc_id": hit.id, "title": hit.title, "text": hit.text,
+                                            "score": float(hit.score)} for hit in hits]},
                     )
         return [result for result in results if result is not None]
 
