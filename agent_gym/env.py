@@ -479,6 +479,8 @@ class ToolEnv(gym.Env[str, str]):
 def _call_record(call: ToolCall, result: ToolResult) -> dict[str, Any]:
     """What ``info["tool_calls"]`` says of one call; a failed call's ``error`` is its result's message."""
     record = {**call.to_dict(), "ok": result.ok, "result_chars": len(result.text)}
+    if "hits" in result.metadata:  # a search's structured hits, so no consumer parses the rendered text
+        record["hits"] = result.metadata["hits"]
     if not result.ok and record["error"] is None:
         record["error"] = result.text.removeprefix("Error: ")
     return record
