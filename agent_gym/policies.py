@@ -219,7 +219,7 @@ class NaiveRAGPolicy(_ScriptedPolicy):
         self.turn += 1
         if self.turn == 1:
             return self._call(self.task.question)
-        return self._answer(extract_answer(self.task.question, _top_hit(observation)) or UNKNOWN_ANSWER)
+        return self._answer(extract_answer(self.task.question, _top_hit(observation, info)) or UNKNOWN_ANSWER)
 
 
 class RandomPolicy(_ScriptedPolicy):
@@ -307,7 +307,6 @@ class WeakMultiHopPolicy(_Playable):
 
 # ---------------------------------------------------------------------------------------------- reader
 
-_DOC_LINE = re.compile(r"^Doc \d+ \(Title: (?P<title>.*?)\) (?P<text>.*)$", re.MULTILINE)
 _CANDIDATE = re.compile(r"(?:\d[\d,]*(?:\.\d+)?|[A-Z][\w'\-]*(?:\s+(?:of\s+|de\s+)?[A-Z][\w'\-]*)*)")
 _WORD = re.compile(r"[a-z0-9]+")
 _STOPWORDS = frozenset("a an the of in on at to by for and or is was were are be been what which who whom whose "
@@ -324,9 +323,13 @@ def candidate_spans(text: str) -> list[str]:
     return list(seen)
 
 
-def _top_hit(observation: str) -> str:
-    match = _DOC_LINE.search(observation)
-    return f"{match.group('title')}. {match.group('text')}" if match else observation
+def _top_hit(observation: str, info: dict[str, Any]) -> str:
+    """The first hit of this step's search, from its structured hits; the whole observation when there is none."""
+    for call in info.get("tool_calls") or ():
+        hits = call.get("hits") or ()
+        if hits:
+            return f"{hits[0]['title']}. {hits[0]['text']}"
+    return observation
 
 
 def _stem(word: str) -> str:

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from agent_gym.models.model_init import build_model, train_tokenizer
-from agent_gym.warmstart.copy_drills import DrillSource, drill_row, keep_first_hits
+from agent_gym.retrieval_index.search_tool import first_hits
+from agent_gym.warmstart.copy_drills import DrillSource, drill_row
 from agent_gym.warmstart.induction import induction_rows, induction_vocab, install_previous_token_head
 from agent_gym.warmstart.pretrain import PretrainConfig, Pretrainer
 from agent_gym.warmstart.sft import SFTConfig, tokenize_episode, train_sft
@@ -59,11 +60,11 @@ def test_induction_vocabulary_holds_then_doubles_up_to_all_ids() -> None:
     assert sizes == [64, 64, 128, 256, 1000]
 
 
-def test_keep_first_hits_cuts_a_result_list_and_leaves_other_text_alone() -> None:
+def test_first_hits_cuts_a_result_list_and_leaves_other_text_alone() -> None:
     text = "Doc 1 (Title: A) a.\nDoc 2 (Title: B) b.\nDoc 3 (Title: C) c."
-    assert keep_first_hits(text, 1) == "Doc 1 (Title: A) a."
-    assert keep_first_hits(text, 2) == "Doc 1 (Title: A) a.\nDoc 2 (Title: B) b."
-    assert keep_first_hits("No results found.", 1) == "No results found."
+    assert first_hits(text, 1) == "Doc 1 (Title: A) a."
+    assert first_hits(text, 2) == "Doc 1 (Title: A) a.\nDoc 2 (Title: B) b."
+    assert first_hits("No results found.", 1) == "No results found."
 
 
 def _oracle_messages() -> list[dict]:

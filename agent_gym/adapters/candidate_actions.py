@@ -33,7 +33,6 @@ from agent_gym.policies import candidate_spans
 
 __all__ = ["CandidateActionWrapper"]
 
-_TITLES = re.compile(r"\(Title: (.*?)\)")
 _NUMERIC_QUESTION = re.compile(r"\b(when|year|how many|how much|population|earlier|first|older)\b", re.I)
 _SLOT_FEATURES = 6  # present, from question, from latest result, is number, is a hit's title, rank in result
 
@@ -72,7 +71,7 @@ class CandidateActionWrapper(gym.Wrapper):
         self._question = observation
         self._searched_question = False
         self._turn = int(info.get("turn", 0))
-        self._refresh("")
+        self._refresh("", {})
         return self._features(), info
 
     def step(self, action: int):
@@ -92,7 +91,7 @@ class CandidateActionWrapper(gym.Wrapper):
         observation, reward, terminated, truncated, info = self.env.step(text)
         self._turn = int(info.get("turn", self._turn + 1))  # the contract's info["turn"], not the env's private state
         if observation:
-            self._refresh(observation)
+            self._refresh(observation, info)
         return self._features(), reward, terminated, truncated, info
 
     def action_masks(self) -> np.ndarray:
@@ -121,7 +120,7 @@ class CandidateActionWrapper(gym.Wrapper):
             raise ValueError(f"{expected}, got {value}")
         return value
 
-    def _refresh(self, result_text: str) -> None:
+    def _refresh(self, result_text: str, info: dict[str, Any]) -> None:
         from_result = candidate_spans(result_text)
         question_spans = set(candidate_spans(self._question))
         ordered = [span for span in from_result if span not in question_spans]
@@ -129,7 +128,7 @@ class CandidateActionWrapper(gym.Wrapper):
         self._candidates = ordered[: self.num_candidates]
         self._question_spans = question_spans
         self._result_rank = {span: rank for rank, span in enumerate(from_result)}
-        self._titles = set(_TITLES.findall(result_text))
+        self._titles = {hit["title"] for call in info.get("tool_calls") or () for hit in call.get("hits") or ()}
 
     def _features(self) -> np.ndarray:
         tool_env: ToolEnv = self.env.unwrapped

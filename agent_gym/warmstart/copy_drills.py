@@ -14,15 +14,15 @@ dropped from most rows (it is the same in every episode), and tool results are c
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent_gym.retrieval_index.search_tool import first_hits
 from agent_gym.warmstart.lm_loss import WeightedRow
 from agent_gym.warmstart.sft import tokenize_episode
 
-__all__ = ["DRILL_FORMS", "DrillSource", "drill_row", "keep_first_hits"]
+__all__ = ["DRILL_FORMS", "DrillSource", "drill_row"]
 
 # The row forms, and the share of drills of each form by default.
 #   first_turn: the question and the first assistant turn only (copy the topic entity);
@@ -32,13 +32,6 @@ __all__ = ["DRILL_FORMS", "DrillSource", "drill_row", "keep_first_hits"]
 # prompt too ("<tool_call></tool_call>" after "<tool_call>": turn-1 exact 0.92 -> 0.00 in 200 steps); 0.3 of
 # full rows teaches it which context to copy from.
 DRILL_FORMS: dict[str, float] = {"first_turn": 0.25, "one_hit": 0.3, "two_hits": 0.15, "full": 0.3}
-_HIT = re.compile(r"\n(?=Doc \d+ \(Title: )")
-
-
-def keep_first_hits(text: str, hits: int) -> str:
-    """The first ``hits`` results of a tool response in the ``Doc i (Title: ...) text`` layout; other text
-    is returned unchanged."""
-    return "\n".join(_HIT.split(text)[:hits])
 
 
 def drill_row(tokenizer: Any, messages: Sequence[Mapping[str, Any]], form: str,
@@ -60,7 +53,7 @@ def drill_row(tokenizer: Any, messages: Sequence[Mapping[str, Any]], form: str,
         hits = 1 if form == "one_hit" else 2
         for message in messages:
             if message.get("role") == "tool":
-                message["content"] = keep_first_hits(str(message.get("content") or ""), hits)
+                message["content"] = first_hits(str(message.get("content") or ""), hits)
     example = tokenize_episode(tokenizer, messages)
     return WeightedRow(example.input_ids, [1.0 if flag else env_token_weight for flag in example.loss_mask])
 
