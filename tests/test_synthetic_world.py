@@ -315,3 +315,22 @@ def test_multi_hop_bridge_question_is_rarely_answered_by_its_top_bm25_hit(
         task.answers[0] in world.page(bm25.top_titles(task.question)[0]).text for task in multi_hop
     )
     assert answered / len(multi_hop) < 0.1
+
+
+def test_a_fresh_world_is_the_reserved_seed_and_shares_no_page_title_with_a_run_world() -> None:
+    from agent_gym.envs.synthhop import FRESH_WORLD_SEEDS
+    from agent_gym.make import make_env
+
+    settings = {"num_pages": 200, "split": "all", "num_questions": 10}
+    fresh = make_env("AgentR1-SynthHop-v0", {**settings, "world_seed": 5, "fresh_world": 3})
+    reserved = make_env("AgentR1-SynthHop-v0", {**settings, "world_seed": FRESH_WORLD_SEEDS + 3})
+    usual = make_env("AgentR1-SynthHop-v0", {**settings, "world_seed": 0})
+    try:
+        titles = {env: {page.title for page in env.unwrapped.tools["search"].documents} for env in (fresh, usual)}
+        assert [task.question for task in fresh.unwrapped.tasks] == [task.question for task in reserved.unwrapped.tasks]
+        assert titles[fresh].isdisjoint(titles[usual])
+        with pytest.raises(ValueError, match="fresh_world must be at least 0"):
+            make_env("AgentR1-SynthHop-v0", {**settings, "fresh_world": -1})
+    finally:
+        for env in (fresh, reserved, usual):
+            env.close()

@@ -19,13 +19,18 @@ from agent_gym.retrieval_index.search_tool import SearchTool
 from agent_gym.tasks import TaskSet
 from agent_gym.validation import require_int
 
-__all__ = ["make_synthhop_env", "synthetic_world", "SYNTHHOP_INSTRUCTION"]
+__all__ = ["FRESH_WORLD_SEEDS", "make_synthhop_env", "synthetic_world", "SYNTHHOP_INSTRUCTION"]
 
 SYNTHHOP_INSTRUCTION = (
     "Answer the question about a fictional world. You know nothing about this world: search its encyclopedia "
     "for every fact you need, one entity at a time, and read the results. When you know the final answer, give "
     "it as briefly as possible (a name, a year, a number) within <answer></answer> tags."
 )
+
+
+# World seeds from here up are reserved for fresh worlds (``fresh_world=i`` is seed FRESH_WORLD_SEEDS + i), so a
+# fresh world never repeats a world a run trains or evaluates on (those use small seeds, 0, 1, 424_242...).
+FRESH_WORLD_SEEDS = 1_000_000
 
 
 @functools.lru_cache(maxsize=4)
@@ -65,6 +70,7 @@ def make_synthhop_env(
     hops: int | Sequence[int] = 2,
     num_pages: int = 5_000,
     world_seed: int = 0,
+    fresh_world: int | None = None,
     split: str = "train",
     num_questions: int = 500,
     question_seed: int = 0,
@@ -79,6 +85,9 @@ def make_synthhop_env(
         hops: hops per question (1-4), or several to mix.
         num_pages: size of the generated world (10^5 pages build in seconds).
         world_seed: seeds the world; the same seed gives the same world on every machine.
+        fresh_world: the index of a never-seen world, in place of ``world_seed``: its names appear in no world a
+            run uses. The warm-start drills ask for a new one every step, so what they teach is to copy, not
+            to remember.
         split: ``train`` or ``test`` questions (disjoint), or ``all``.
         num_questions: how many questions the env draws from.
         question_seed: seeds the question draw.
@@ -91,6 +100,8 @@ def make_synthhop_env(
     kind_tuple = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     num_questions = require_int("num_questions", num_questions)
     top_k = require_int("top_k", top_k)
+    if fresh_world is not None:
+        world_seed = FRESH_WORLD_SEEDS + require_int("fresh_world", fresh_world, minimum=0)
     tasks = _questions(num_pages, world_seed, hop_tuple, kind_tuple, split, num_questions, question_seed)
     tool = _search_tool(num_pages, world_seed, retriever, top_k)
     env_kwargs.setdefault("instruction", SYNTHHOP_INSTRUCTION)
