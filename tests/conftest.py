@@ -1,15 +1,18 @@
-"""Shared fixtures: a tiny fact-lookup tool environment whose every answer can be computed by hand, and a search
-server that hangs."""
+"""Shared fixtures: a tiny fact-lookup tool environment whose every answer can be computed by hand, a search
+server that hangs, the suite's one tiny from-scratch model, and the HotpotQA sample (helpers in ``support/``)."""
 
 from __future__ import annotations
 
+import copy
 import http.server
 import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+from support.hotpot import HOTPOT_SAMPLE, load_hotpot_sample
 
 from agent_gym.env import ToolEnv
 from agent_gym.tasks import Hop, Task
@@ -21,13 +24,42 @@ SMALL_SYNTHHOP = {"num_pages": 2000, "num_questions": 50}
 TINY_SYNTHHOP = {"num_pages": 200, "kinds": ["bridge"], "top_k": 2, "hops": 2, "num_questions": 20}
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir_for_synthhop(tmp_path_factory: pytest.TempPathFactory):
-    """A from-scratch tiny model whose tokenizer was trained on TINY_SYNTHHOP's texts (a HF directory)."""
+@pytest.fixture(scope="session")
+def tiny_model_dir_for_synthhop(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The suite's one from-scratch tiny model: a HF directory whose tokenizer was trained on TINY_SYNTHHOP's texts.
+
+    Shared by every test of the session: read it, copy it, or load it; never write into it.
+    """
     from agent_gym.models.model_init import init_model, texts_from_env
 
     texts = texts_from_env("AgentR1-SynthHop-v0", num_prompts=8, env_kwargs=TINY_SYNTHHOP)
     return init_model(texts, tmp_path_factory.mktemp("model"), preset="tiny", vocab_size=600, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir_for_synthhop: Path) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of :func:`tiny_model_dir_for_synthhop`, loaded once, in eval mode. Shared by the
+    session, so a test must not change its weights: one that trains takes :func:`tiny_model_copy`."""
+    from agent_gym.models.model_init import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir_for_synthhop)
+    return model.eval(), tokenizer
+
+
+@pytest.fixture
+def tiny_model_copy(tiny_model: tuple[Any, Any]) -> tuple[Any, Any]:
+    """A private copy of :func:`tiny_model` that a test may train."""
+    model, tokenizer = tiny_model
+    return copy.deepcopy(model), tokenizer
+
+
+@pytest.fixture(scope="session")
+def hotpot_records() -> list[dict[str, Any]]:
+    """The HotpotQA dev sample's records (read-only); skips the test when the shared data folder is absent."""
+    if not HOTPOT_SAMPLE.is_file():
+        pytest.skip(f"HotpotQA sample not found at {HOTPOT_SAMPLE} (the shared data folder is absent)")
+    return load_hotpot_sample()
+
 
 FACTS = {
     "France": "France is a country whose capital is Paris.",

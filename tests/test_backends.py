@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import random
-import string
 
 import pytest
 import torch
 
-from agent_gym.models.model_init import build_model, train_tokenizer
+from agent_gym.models.model_init import build_model
 from agent_gym.trainers.backends import GenerationError, SamplingParams, TransformersBackend, make_backend
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    rng = random.Random(0)
-    words = [
-        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 7))) for _ in range(300)
-    ]
-    tokenizer = train_tokenizer([" ".join(rng.choices(words, k=30)) for _ in range(300)], vocab_size=600)
-    model = build_model("tiny", tokenizer, seed=0).eval()
-    return model, tokenizer
 
 
 def _prompts(tokenizer, count=5, seed=0):
@@ -36,8 +24,8 @@ def _forward_logprobs(model, prompt, generated, temperature=1.0):
 
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "model-forward"])
-def test_sampled_logprobs_equal_a_forward_pass_at_temperature_one(tiny, fast_path):
-    model, tokenizer = tiny
+def test_sampled_logprobs_equal_a_forward_pass_at_temperature_one(tiny_model, fast_path):
+    model, tokenizer = tiny_model
     backend = TransformersBackend(model, tokenizer, fast_path=fast_path)
     assert backend.uses_fast_path == fast_path
     prompts = _prompts(tokenizer)
@@ -47,8 +35,8 @@ def test_sampled_logprobs_equal_a_forward_pass_at_temperature_one(tiny, fast_pat
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
 
 
-def test_logprobs_are_those_of_the_temperature_scaled_distribution(tiny):
-    model, tokenizer = tiny
+def test_logprobs_are_those_of_the_temperature_scaled_distribution(tiny_model):
+    model, tokenizer = tiny_model
     prompts = _prompts(tokenizer, count=3)
     generations = TransformersBackend(model, tokenizer).generate(
         prompts, SamplingParams(max_new_tokens=10, temperature=0.7, seed=2)
@@ -58,8 +46,8 @@ def test_logprobs_are_those_of_the_temperature_scaled_distribution(tiny):
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
 
 
-def test_fast_path_and_model_forward_sample_the_same_tokens_with_the_same_seed(tiny):
-    model, tokenizer = tiny
+def test_fast_path_and_model_forward_sample_the_same_tokens_with_the_same_seed(tiny_model):
+    model, tokenizer = tiny_model
     prompts = _prompts(tokenizer, count=4)
     params = SamplingParams(max_new_tokens=16, seed=5)
     fast = TransformersBackend(model, tokenizer, fast_path=True).generate(prompts, params)
@@ -67,8 +55,8 @@ def test_fast_path_and_model_forward_sample_the_same_tokens_with_the_same_seed(t
     assert [g.token_ids for g in fast] == [g.token_ids for g in slow]
 
 
-def test_greedy_continuation_does_not_depend_on_the_other_prompts_in_the_batch(tiny):
-    model, tokenizer = tiny
+def test_greedy_continuation_does_not_depend_on_the_other_prompts_in_the_batch(tiny_model):
+    model, tokenizer = tiny_model
     backend = TransformersBackend(model, tokenizer)
     prompts = _prompts(tokenizer, count=6)
     batched = backend.generate(prompts, SamplingParams(max_new_tokens=12, temperature=0.0))
@@ -78,8 +66,8 @@ def test_greedy_continuation_does_not_depend_on_the_other_prompts_in_the_batch(t
     assert [g.token_ids for g in batched] == [g.token_ids for g in alone]
 
 
-def test_greedy_picks_the_argmax_token(tiny):
-    model, tokenizer = tiny
+def test_greedy_picks_the_argmax_token(tiny_model):
+    model, tokenizer = tiny_model
     prompt = _prompts(tokenizer, count=1)[0]
     token = (
         TransformersBackend(model, tokenizer)
@@ -90,8 +78,8 @@ def test_greedy_picks_the_argmax_token(tiny):
         assert token == [int(model(torch.tensor([prompt])).logits[0, -1].argmax())]
 
 
-def test_tiny_top_p_keeps_only_the_most_likely_token(tiny):
-    model, tokenizer = tiny
+def test_tiny_top_p_keeps_only_the_most_likely_token(tiny_model):
+    model, tokenizer = tiny_model
     prompts = _prompts(tokenizer, count=3)
     backend = TransformersBackend(model, tokenizer)
     nucleus = backend.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1e-6, seed=3))
@@ -99,8 +87,8 @@ def test_tiny_top_p_keeps_only_the_most_likely_token(tiny):
     assert [g.token_ids for g in nucleus] == [g.token_ids for g in greedy]
 
 
-def test_same_seed_gives_the_same_samples(tiny):
-    model, tokenizer = tiny
+def test_same_seed_gives_the_same_samples(tiny_model):
+    model, tokenizer = tiny_model
     prompts = _prompts(tokenizer, count=3)
     backend = TransformersBackend(model, tokenizer)
     first = backend.generate(prompts, SamplingParams(max_new_tokens=10, seed=11))
@@ -109,8 +97,8 @@ def test_same_seed_gives_the_same_samples(tiny):
     ]
 
 
-def test_generation_stops_at_the_first_stop_token_and_includes_it(tiny):
-    model, tokenizer = tiny
+def test_generation_stops_at_the_first_stop_token_and_includes_it(tiny_model):
+    model, tokenizer = tiny_model
     stop_ids = list(range(10, len(tokenizer), 3))  # a third of the vocabulary: every row stops early
     generations = TransformersBackend(model, tokenizer).generate(
         _prompts(tokenizer, count=8), SamplingParams(max_new_tokens=64, stop_token_ids=stop_ids, seed=0)
@@ -122,24 +110,24 @@ def test_generation_stops_at_the_first_stop_token_and_includes_it(tiny):
         assert len(generation.logprobs) == len(generation.token_ids)
 
 
-def test_rows_without_a_stop_run_to_max_new_tokens_with_finish_reason_length(tiny):
-    model, tokenizer = tiny
+def test_rows_without_a_stop_run_to_max_new_tokens_with_finish_reason_length(tiny_model):
+    model, tokenizer = tiny_model
     generations = TransformersBackend(model, tokenizer).generate(
         _prompts(tokenizer, count=3), SamplingParams(max_new_tokens=7, seed=0)
     )
     assert all(g.finish_reason == "length" and len(g.token_ids) == 7 for g in generations)
 
 
-def test_added_token_stop_string_is_matched_by_id_and_plain_text_on_decoded_text(tiny):
-    model, tokenizer = tiny
+def test_added_token_stop_string_is_matched_by_id_and_plain_text_on_decoded_text(tiny_model):
+    model, tokenizer = tiny_model
     backend = TransformersBackend(model, tokenizer)
     stop_ids, text_stops = backend._stop_sets(SamplingParams(stop_strings=("</tool_call>", "Answer:")))
     assert stop_ids == {tokenizer.convert_tokens_to_ids("</tool_call>")}
     assert text_stops == ["Answer:"]
 
 
-def test_text_stop_string_stops_at_its_first_occurrence(tiny):
-    model, tokenizer = tiny
+def test_text_stop_string_stops_at_its_first_occurrence(tiny_model):
+    model, tokenizer = tiny_model
     stop = "e"  # inside many merged tokens, so it must be matched on text
     generations = TransformersBackend(model, tokenizer).generate(
         _prompts(tokenizer, count=6), SamplingParams(max_new_tokens=64, stop_strings=[stop], seed=0)
@@ -150,8 +138,8 @@ def test_text_stop_string_stops_at_its_first_occurrence(tiny):
         assert stop not in tokenizer.decode(generation.token_ids[:-1])
 
 
-def test_more_prompts_than_max_batch_size_keep_their_order(tiny):
-    model, tokenizer = tiny
+def test_more_prompts_than_max_batch_size_keep_their_order(tiny_model):
+    model, tokenizer = tiny_model
     prompts = _prompts(tokenizer, count=7)
     small_batches = TransformersBackend(model, tokenizer, max_batch_size=2).generate(
         prompts, SamplingParams(max_new_tokens=6, temperature=0.0)
@@ -162,40 +150,39 @@ def test_more_prompts_than_max_batch_size_keep_their_order(tiny):
     assert [g.token_ids for g in small_batches] == [g.token_ids for g in one_batch]
 
 
-def test_empty_prompt_is_a_clear_error(tiny):
-    model, tokenizer = tiny
+def test_empty_prompt_is_a_clear_error(tiny_model):
+    model, tokenizer = tiny_model
     with pytest.raises(GenerationError, match="prompt 1 is empty"):
         TransformersBackend(model, tokenizer).generate([[5], []], SamplingParams(max_new_tokens=2))
 
 
-def test_out_of_vocabulary_id_is_a_clear_error(tiny):
-    model, tokenizer = tiny
+def test_out_of_vocabulary_id_is_a_clear_error(tiny_model):
+    model, tokenizer = tiny_model
     with pytest.raises(GenerationError, match="outside"):
         TransformersBackend(model, tokenizer).generate([[len(tokenizer) + 100]], SamplingParams(max_new_tokens=2))
 
 
-def test_bad_sampling_settings_are_clear_errors(tiny):
-    model, tokenizer = tiny
+def test_bad_sampling_settings_are_clear_errors(tiny_model):
+    model, tokenizer = tiny_model
     with pytest.raises(ValueError, match="top_p"):
         TransformersBackend(model, tokenizer).generate([[5]], SamplingParams(max_new_tokens=2, top_p=0.0))
 
 
-def test_make_backend_rejects_unknown_names(tiny):
+def test_make_backend_rejects_unknown_names(tiny_model):
     with pytest.raises(ValueError, match="unknown generation backend"):
-        make_backend("tgi", *tiny)
+        make_backend("tgi", *tiny_model)
 
 
-def test_sync_weights_copies_another_models_parameters(tiny):
-    model, tokenizer = tiny
+def test_sync_weights_copies_another_models_parameters(tiny_model_copy):
+    target, tokenizer = tiny_model_copy
     other = build_model("tiny", tokenizer, seed=99)
-    target = build_model("tiny", tokenizer, seed=0)
     backend = TransformersBackend(target, tokenizer)
     backend.sync_weights(other)
     assert torch.equal(target.model.embed_tokens.weight, other.model.embed_tokens.weight)
 
 
-def test_next_turn_reuses_the_cached_prefix_and_still_matches_a_forward_pass(tiny):
-    model, tokenizer = tiny
+def test_next_turn_reuses_the_cached_prefix_and_still_matches_a_forward_pass(tiny_model):
+    model, tokenizer = tiny_model
     backend = TransformersBackend(model, tokenizer)
     prompts = _prompts(tokenizer, count=4)
     first = backend.generate(prompts, SamplingParams(max_new_tokens=10, seed=0))
@@ -209,9 +196,8 @@ def test_next_turn_reuses_the_cached_prefix_and_still_matches_a_forward_pass(tin
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
 
 
-def test_prefix_cache_is_dropped_when_the_weights_change(tiny):
-    _, tokenizer = tiny
-    model = build_model("tiny", tokenizer, seed=4).eval()
+def test_prefix_cache_is_dropped_when_the_weights_change(tiny_model_copy):
+    model, tokenizer = tiny_model_copy
     backend = TransformersBackend(model, tokenizer)
     prompts = _prompts(tokenizer, count=2)
     first = backend.generate(prompts, SamplingParams(max_new_tokens=6, seed=0))
@@ -224,8 +210,8 @@ def test_prefix_cache_is_dropped_when_the_weights_change(tiny):
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
 
 
-def test_large_batch_of_very_different_prompt_lengths_matches_a_forward_pass(tiny):
-    model, tokenizer = tiny
+def test_large_batch_of_very_different_prompt_lengths_matches_a_forward_pass(tiny_model):
+    model, tokenizer = tiny_model
     rng = random.Random(7)
     # 40 rows from 2 to 300 tokens: several prefill and decode-attention groups, each skipping its padding.
     prompts = [[rng.randrange(10, 500) for _ in range(length)] for length in range(2, 302, 7)]

@@ -1,0 +1,4 @@
+"""Helpers that several test modules share: scripted generation backends and the HotpotQA sample corpus.
+
+Fixtures built from them (the tiny model, the HotpotQA records) live in ``tests/conftest.py``.
+"""
