@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
 import math
 import pickle
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -14,6 +16,7 @@ from typing import Any, Literal
 import pytest
 
 from agent_gym.tools import DEFAULT_TIMEOUT_S, FunctionTool, Tool, ToolResult, tool, validate_arguments
+from agent_gym.tools import core as tool_core
 
 
 class Unit(enum.Enum):
@@ -145,7 +148,19 @@ def test_schema_ignores_returns_section() -> None:
 
 
 def test_tool_options_set_name_and_timeout() -> None:
-    assert (explode_tool.name, explode_tool.timeout_s) == ("explode", 5)
+    @tool(name="nap", timeout_s=0.2)
+    def sleep_long(text: str) -> str:
+        """Sleep past the time limit.
+
+        Args:
+            text: ignored.
+        """
+        time.sleep(1.0)
+        return text
+
+    result = sleep_long.call({"text": "x"})
+    assert sleep_long.schema()["function"]["name"] == "nap"
+    assert (result.ok, result.text) == (False, "Error: nap timed out after 0.2 s")
 
 
 def test_decorated_function_stays_callable() -> None:
@@ -321,12 +336,36 @@ def test_slow_tool_times_out_as_failed_result() -> None:
     assert (result.ok, result.text) == (False, "Error: sleepy timed out after 0.2 s")
 
 
-def test_function_tool_has_a_default_timeout() -> None:
-    assert (lookup.timeout_s, DEFAULT_TIMEOUT_S) == (30.0, 30.0)
+class _NeverDone:
+    """Stands in for the tool pool's future: records the time limit it is waited with, then times out."""
+
+    waited: list[float] = []
+
+    def result(self, timeout: float) -> None:
+        self.waited.append(timeout)
+        raise concurrent.futures.TimeoutError
+
+
+def test_function_tool_has_a_default_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a call of a tool given no timeout_s is waited for 30 s (the documented default), then fails
+    monkeypatch.setattr(_NeverDone, "waited", [])
+    monkeypatch.setattr(tool_core._TIMEOUT_POOL, "submit", lambda *args: _NeverDone())
+    result = lookup.call({"query": "x"})
+    assert _NeverDone.waited == [DEFAULT_TIMEOUT_S] == [30.0]
+    assert (result.ok, result.text) == (False, "Error: lookup timed out after 30 s")
 
 
 def test_timeout_none_turns_the_limit_off() -> None:
-    assert FunctionTool(lambda text: text, name="echo", timeout_s=None).timeout_s is None
+    # without a limit the call runs in the caller's thread: nothing waits on it, so nothing can cut it off
+    ran_in: list[threading.Thread] = []
+
+    def where(text: str) -> str:
+        ran_in.append(threading.current_thread())
+        return text
+
+    FunctionTool(where, name="where", timeout_s=None).call({"text": "a"})
+    FunctionTool(where, name="where", timeout_s=5).call({"text": "b"})
+    assert ran_in[0] is threading.current_thread() and ran_in[1] is not threading.current_thread()
 
 
 def test_timeout_must_be_positive() -> None:
