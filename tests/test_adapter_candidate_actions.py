@@ -66,9 +66,11 @@ def test_an_action_that_is_not_an_integer_is_refused_naming_its_type(action):
 
 def test_integer_actions_of_numpy_types_are_accepted():
     env = _wrapped()
-    env.reset(options={"task_index": 0})
     for action in (np.int64(12), np.array(12), np.int32(12)):
-        env.step(action)
+        env.reset(options={"task_index": 0})
+        _, _, _, _, info = env.step(action)  # 2K = 12: search the question, as the plain int does
+        [call] = info["tool_calls"]
+        assert (call["name"], call["arguments"], call["ok"]) == ("search", {"query": env.unwrapped.task.question}, True)
 
 
 def test_a_tool_with_two_string_arguments_is_refused_at_construction():
