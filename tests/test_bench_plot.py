@@ -11,7 +11,7 @@ SMALL = ["--env-kwarg", "hops=1", "--env-kwarg", "num_pages=200", "--env-kwarg",
 
 
 def test_no_model_is_built_when_no_requested_llm_library_is_installed(tmp_path, monkeypatch, capsys):
-    import agent_gym.bench.command as command
+    import agent_gym.cli.bench as command
 
     built = []
     monkeypatch.setattr(command, "_build_default_model", lambda *args: built.append(args) or tmp_path)

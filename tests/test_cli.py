@@ -315,14 +315,14 @@ def test_eval_takes_env_kwargs_as_json_and_as_pairs_with_pairs_winning(
 @pytest.mark.parametrize("command", ["sft", "model init", "train", "eval", "play"])
 def test_every_env_command_accepts_both_env_kwargs_forms(command: str) -> None:
     from agent_gym.cli import _build_parser
-    from agent_gym.cli_args import env_kwargs_from_args
+    from agent_gym.cli.args import env_kwargs_from_args
 
     required = {"sft": ["--env", "E", "--model", "m", "--out", "o"], "model init": ["--corpus-from-env", "E",
                 "--out", "o"], "train": [], "eval": ["E"], "play": ["E"]}[command]
     namespace = _build_parser(command).parse_args(
         [*required, "--env-kwargs", '{"hops": 1, "split": "test"}', "--env-kwarg", "hops=3"])
     if command == "train":  # the JSON form is TrainConfig's own field
-        from agent_gym.trainers.trainer import config_from_train_args
+        from agent_gym.cli.train import config_from_train_args
 
         assert config_from_train_args(namespace).env_kwargs == {"hops": 3, "split": "test"}
     else:

@@ -12,17 +12,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agent_gym.cli.model import add_model_init_arguments, run_model_init
 from agent_gym.models.chat_template import assistant_turn_suffix, render_delta, render_prompt
 from agent_gym.models.model_init import (
     PRESETS,
     SPECIAL_TOKENS,
     ModelInitError,
-    add_model_init_arguments,
     build_model,
     count_parameters,
     init_model,
     load_model_and_tokenizer,
-    run_model_init,
     texts_from_env,
     train_tokenizer,
 )

@@ -36,11 +36,9 @@ from agent_gym.retrieval_index.server import (  # noqa: E402
     FACTORY_ENV,
     INDEX_DIR_ENV,
     SERVER_OPTIONS_ENV,
-    add_index_serve_arguments,
     app_from_env,
     bind_socket,
     create_app,
-    run_index_serve,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -668,6 +666,8 @@ def test_app_from_env_without_an_index_says_how_to_start_a_server(monkeypatch: p
 
 
 def test_index_serve_cli_defaults_to_loopback_port_8000_one_worker() -> None:
+    from agent_gym.cli.index import add_index_serve_arguments
+
     parser = argparse.ArgumentParser()
     add_index_serve_arguments(parser)
     namespace = parser.parse_args(["some/index"])
@@ -680,7 +680,7 @@ def test_index_serve_cli_serves_a_built_index_directory(corpus_file: Path, tmp_p
     build.build_index(corpus_file, tmp_path / "index", backend="bm25", show_progress=False)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    code = ("import argparse; from agent_gym.retrieval_index.server import add_index_serve_arguments, "
+    code = ("import argparse; from agent_gym.cli.index import add_index_serve_arguments, "
             "run_index_serve; parser = argparse.ArgumentParser(); add_index_serve_arguments(parser); "
             f"run_index_serve(parser.parse_args([{str(tmp_path / 'index')!r}, '--port', '{port}', "
             "'--workers', '2', '--log-level', 'warning']))")
@@ -696,6 +696,8 @@ def test_index_serve_cli_serves_a_built_index_directory(corpus_file: Path, tmp_p
 
 
 def test_index_serve_cli_refuses_a_missing_index_dir(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from agent_gym.cli.index import add_index_serve_arguments, run_index_serve
+
     parser = argparse.ArgumentParser()
     add_index_serve_arguments(parser)
     status = run_index_serve(parser.parse_args([str(tmp_path / "missing"), "--port", str(free_port())]))

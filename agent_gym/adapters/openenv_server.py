@@ -20,7 +20,6 @@ session idle for ``idle_timeout_s`` gets ``IDLE_TIMEOUT`` and is closed, and its
 """
 
 # No `from __future__ import annotations`: FastAPI resolves the request models defined in create_env_app.
-import argparse
 import asyncio
 import json
 import logging
@@ -33,7 +32,7 @@ import gymnasium as gym
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["create_env_app", "jsonable", "add_env_serve_arguments", "run_env_serve"]
+__all__ = ["create_env_app", "jsonable"]
 
 DEFAULT_MAX_SESSIONS = 16
 DEFAULT_IDLE_TIMEOUT_S = 300.0
@@ -293,52 +292,3 @@ def create_env_app(
                 pass
 
     return app
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-
-
-def add_env_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from agent_gym.cli_args import add_env_kwargs_arguments, port_number
-
-    parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default: loopback only; 0.0.0.0 exposes every env to the network)")
-    parser.add_argument("--port", type=port_number, default=8001, help="TCP port, 0 for any free one (default: 8001)")
-    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
-                        help="live WebSocket sessions (each holds its own env); more are refused")
-    parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
-                        help="seconds a session may stay silent before it and its env are closed")
-    parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
-                        help="largest WebSocket message accepted")
-    add_env_kwargs_arguments(parser)
-
-
-def run_env_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from agent_gym.cli_args import UsageError, env_kwargs_from_args, make_env
-
-    env_kwargs = env_kwargs_from_args(args)
-    make_env(args.env_id, env_kwargs).close()  # an unknown id or a refused kwarg is a usage error, before binding
-    if args.max_sessions < 1 or not args.idle_timeout > 0 or args.max_message_bytes < 1024:
-        raise UsageError("--max-sessions must be >= 1, --idle-timeout > 0 and --max-message-bytes >= 1024")
-    from agent_gym.registration import registered_envs
-
-    app = create_env_app(lambda: make_env(args.env_id, env_kwargs), name=args.env_id,
-                         description=registered_envs().get(args.env_id, ""), max_sessions=args.max_sessions,
-                         idle_timeout_s=args.idle_timeout)
-    from agent_gym.retrieval_index.server import bind_socket
-
-    try:  # bind before saying "serving": a busy port is reported as such, not after the announcement
-        sock = bind_socket(args.host, args.port)
-    except OSError as error:
-        raise UsageError(str(error)) from error
-    port = sock.getsockname()[1]
-    print(f"serving {args.env_id} over the OpenEnv protocol at ws://{args.host}:{port}/ws", flush=True)
-    config = uvicorn.Config(app, log_level="warning", ws_max_size=args.max_message_bytes)
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
-    finally:
-        sock.close()
-    return 0

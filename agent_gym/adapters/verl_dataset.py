@@ -10,12 +10,11 @@ needed to write the rows.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_export_verl_arguments", "run_export_verl", "verl_rows", "write_verl_parquet"]
+__all__ = ["verl_rows", "write_verl_parquet"]
 
 
 def verl_rows(env_id: str, env_kwargs: dict[str, Any] | None = None, *, limit: int | None = None,
@@ -63,31 +62,3 @@ def write_verl_parquet(rows: list[dict[str, Any]], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
-
-
-def add_export_verl_arguments(parser: argparse.ArgumentParser) -> None:
-    from agent_gym.cli_args import add_env_kwargs_arguments
-
-    parser.add_argument("env_id", help="environment id, e.g. AgentR1-HotpotQA-v0")
-    parser.add_argument("--split", default="train", help="the env's split kwarg (default: train)")
-    parser.add_argument("--limit", type=int, default=None, help="export the first N tasks (default: all)")
-    parser.add_argument("--max-tokens-per-turn", type=int, default=1024,
-                        help="the model's token budget per turn in verl's rollout (default: 1024, as in Agent-R1's "
-                             "GRPO recipe)")
-    parser.add_argument("--out", default=None, help="parquet file (default: data/verl/ENV_SPLIT.parquet)")
-    add_env_kwargs_arguments(parser)
-
-
-def run_export_verl(args: argparse.Namespace) -> int:
-    from agent_gym.cli_args import UsageError, env_kwargs_from_args, make_env, user_errors
-
-    env_kwargs = {**env_kwargs_from_args(args), "split": args.split}
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {args.limit}")
-    make_env(args.env_id, env_kwargs).close()  # an unknown id or a refused split fails here, with the reason
-    with user_errors(ValueError, KeyError):
-        rows = verl_rows(args.env_id, env_kwargs, limit=args.limit, max_tokens_per_turn=args.max_tokens_per_turn)
-    out = Path(args.out or f"data/verl/{args.env_id}_{args.split}.parquet")
-    write_verl_parquet(rows, out)
-    print(f"{len(rows)} rows of {args.env_id} ({args.split}) written to {out}")
-    return 0

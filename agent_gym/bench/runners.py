@@ -1,4 +1,4 @@
-"""One runner per library of ``agent-gym bench``; each runs in its own process (``python -m agent_gym.bench.runners``).
+"""One runner per library of ``agent-gym bench``, each in its own process (``agent_gym.cli.bench_runner``).
 
 Every runner gets the same :class:`BenchSettings`: the env and its held-out env, the training budget in env
 episodes, the evaluation schedule and held-out tasks, and (for the LLM libraries) the same starting model and
@@ -9,11 +9,9 @@ evaluation is the same for every LLM library: our greedy ``RolloutCollector`` ov
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import resource
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -309,20 +307,6 @@ def run(library: str, settings: BenchSettings, seed: int, out: str | Path) -> No
     RUNNERS[library](settings, seed, Path(out))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="one library's run of agent-gym bench (started by the bench)")
-    parser.add_argument("--library", required=True, choices=sorted(RUNNERS))
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--settings", required=True, help="BenchSettings as JSON")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    run(args.library, BenchSettings(**json.loads(args.settings)), args.seed, args.out)
-    return 0
-
-
 def settings_json(settings: BenchSettings) -> str:
     return json.dumps(asdict(settings))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,10 +8,9 @@ stop string is one token) and the Qwen2.5 chat template. The result is a plain H
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +74,46 @@ PRESETS: dict[str, ModelPreset] = {
 
 class ModelInitError(AgentGymError, ValueError):
     """Bad input to model initialisation (empty corpus, unknown preset, unreadable file)."""
+
+
+@dataclass
+class ModelInitConfig:
+    """Settings of `agent-gym model init`: a model size, and the texts its tokenizer is trained on."""
+
+    preset: str = field(default="tiny", metadata={"help": "model size", "choices": tuple(sorted(PRESETS))})
+    out: str = field(default="", metadata={"help": "output directory (a Hugging Face model dir)", "required": True})
+    corpus_from_env: str | None = field(default=None, metadata={
+        "help": "train the tokenizer on this env's texts", "metavar": "ENV_ID", "one_of": "corpus"})
+    corpus: str | None = field(default=None, metadata={
+        "help": "train the tokenizer on a .txt or .jsonl file", "metavar": "FILE", "one_of": "corpus"})
+    vocab_size: int | None = field(default=None, metadata={"help": "BPE vocabulary size (default: preset's)"})
+    num_prompts: int = field(default=256, metadata={"help": "env resets sampled for prompt texts"})
+    pre_tokenizer: str = field(default=DEFAULT_PRE_TOKENIZER, metadata={
+        "choices": tuple(sorted(PRE_TOKENIZER_SPLITS)),
+        "help": "how text is split before BPE: 'letters' (default) gives a word the same ids wherever it stands, so "
+                "a from-scratch model can copy names; 'qwen2' is Qwen2's split (space attached to the word)"})
+    seed: int = field(default=0, metadata={"help": "weight initialisation seed"})
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ModelInitError(f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
+        if self.pre_tokenizer not in PRE_TOKENIZER_SPLITS:
+            raise ModelInitError(f"unknown pre_tokenizer {self.pre_tokenizer!r}; choose one of "
+                                 f"{sorted(PRE_TOKENIZER_SPLITS)}")
+        if (self.corpus is None) == (self.corpus_from_env is None):
+            raise ModelInitError("give one source of tokenizer texts: corpus (a file) or corpus_from_env (an env id)")
+
+    def texts(self, env_kwargs: dict | None = None) -> list[str]:
+        """The tokenizer's training texts: the corpus file's, or those of ``corpus_from_env`` made with
+        ``env_kwargs``."""
+        if self.corpus_from_env is not None:
+            return texts_from_env(self.corpus_from_env, num_prompts=self.num_prompts, env_kwargs=env_kwargs)
+        return read_corpus_file(str(self.corpus))
+
+    def build(self, texts: Iterable[str]) -> Path:
+        """:func:`init_model` with these settings: the saved model directory."""
+        return init_model(texts, self.out, preset=self.preset, vocab_size=self.vocab_size, seed=self.seed,
+                          pre_tokenizer=self.pre_tokenizer)
 
 
 def train_tokenizer(
@@ -306,48 +345,3 @@ def texts_from_env(env_id: str, num_prompts: int = 256, env_kwargs: dict | None 
     finally:
         env.close()
     return texts
-
-
-def add_model_init_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `agent-gym model init`."""
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="model size")
-    parser.add_argument("--out", required=True, help="output directory (a Hugging Face model dir)")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--corpus-from-env", metavar="ENV_ID", help="train the tokenizer on this env's texts")
-    source.add_argument("--corpus", metavar="FILE", help="train the tokenizer on a .txt or .jsonl file")
-    parser.add_argument(
-        "--vocab-size", type=int, default=None, help="BPE vocabulary size (default: preset's)"
-    )
-    from agent_gym.cli_args import add_env_kwargs_arguments
-
-    add_env_kwargs_arguments(parser)  # for --corpus-from-env
-    parser.add_argument("--num-prompts", type=int, default=256, help="env resets sampled for prompt texts")
-    parser.add_argument(
-        "--pre-tokenizer",
-        choices=sorted(PRE_TOKENIZER_SPLITS),
-        default=DEFAULT_PRE_TOKENIZER,
-        help="how text is split before BPE: 'letters' (default) gives a word the same ids wherever it stands, "
-        "so a from-scratch model can copy names; 'qwen2' is Qwen2's split (space attached to the word)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
-
-
-def run_model_init(ns: argparse.Namespace) -> int:
-    """Entry point of `agent-gym model init`; returns an exit code."""
-    if ns.corpus_from_env:
-        from agent_gym.cli_args import env_kwargs_from_args, make_env
-
-        env_kwargs = env_kwargs_from_args(ns)
-        make_env(ns.corpus_from_env, env_kwargs).close()  # an unknown id or refused keyword: a one-line error
-        texts = texts_from_env(ns.corpus_from_env, num_prompts=ns.num_prompts, env_kwargs=env_kwargs)
-    else:
-        texts = read_corpus_file(ns.corpus)
-    out = init_model(
-        texts, ns.out, preset=ns.preset, vocab_size=ns.vocab_size, seed=ns.seed, pre_tokenizer=ns.pre_tokenizer
-    )
-    model, tokenizer = load_model_and_tokenizer(out)
-    print(
-        f"saved {ns.preset} model ({count_parameters(model) / 1e6:.2f}M parameters, "
-        f"vocab {len(tokenizer)}) to {out}"
-    )
-    return 0

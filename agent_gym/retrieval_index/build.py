@@ -8,11 +8,9 @@ engine and a dense index). An index directory holds ``manifest.json``, the docum
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shutil
-import sys
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -25,16 +23,14 @@ from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import Retriever
 from agent_gym.retrieval_index.bm25 import DEFAULT_BM25_BACKEND, BM25sRetriever, TantivyBM25
 from agent_gym.retrieval_index.corpus import CorpusFile, DocStore, Document, as_document, iter_corpus
-from agent_gym.retrieval_index.manifest import MANIFEST_NAME, IndexMismatchError, Manifest
+from agent_gym.retrieval_index.manifest import MANIFEST_NAME, Manifest
 
 __all__ = [
     "BACKENDS",
-    "add_index_build_arguments",
     "build_index",
     "make_retriever",
     "open_index",
     "resolve_backend",
-    "run_index_build",
 ]
 
 BACKENDS = ("bm25", "tantivy", "bm25s", "pyserini", "dense", "hybrid")
@@ -408,76 +404,3 @@ def make_retriever(
         documents, encoder=encoder, cache_dir=cache, show_progress=show_progress, **dense_params
     )
     return HybridRetriever(sparse_retriever, dense_retriever, k_rrf=float(k_rrf))
-
-
-# ------------------------------------------------------------------------------------------------- CLI
-
-
-def _parse_param(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    for convert in (int, float):
-        try:
-            return key, convert(value)
-        except ValueError:
-            continue
-    return key, value
-
-
-def add_index_build_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add the arguments of ``agent-gym index build`` to ``parser``."""
-    parser.add_argument(
-        "--corpus", required=True, help="JSONL corpus ({id,title,text}, BEIR or wiki-18; .gz/.xz ok)"
-    )
-    parser.add_argument(
-        "--backend",
-        default="bm25",
-        choices=BACKENDS,
-        help=f"retrieval engine (bm25 = {DEFAULT_BM25_BACKEND}, chosen by benchmarks/retrieval.py)",
-    )
-    parser.add_argument("--out", required=True, help="index directory to write")
-    parser.add_argument(
-        "--encoder",
-        default=None,
-        help="sentence-transformers model for dense/hybrid (default: all-MiniLM-L6-v2, offline)",
-    )
-    parser.add_argument(
-        "--faiss-index", default=None, choices=("flat", "hnsw", "ivfpq"), help="FAISS index for dense/hybrid"
-    )
-    parser.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        type=_parse_param,
-        metavar="KEY=VALUE",
-        help="engine parameter, repeatable (e.g. k1=0.9 with --backend bm25s or pyserini, nlist=1024 with dense, "
-        "sparse=bm25s with hybrid); tantivy, the bm25 default, takes none (it fixes k1=1.2, b=0.75)",
-    )
-    return parser
-
-
-def run_index_build(namespace: argparse.Namespace) -> int:
-    """Run ``agent-gym index build``; return the exit status."""
-    params = dict(namespace.param)
-    if namespace.faiss_index:
-        params["faiss_index"] = namespace.faiss_index
-    try:
-        manifest = build_index(
-            namespace.corpus, namespace.out, namespace.backend, namespace.encoder, **params
-        )
-    except (OSError, ValueError, IndexMismatchError) as error:  # OSError: no corpus, --out a file, disk full
-        print(f"agent-gym index build: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    print(f"built {manifest.backend} index of {manifest.doc_count} documents in {namespace.out}")
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m agent_gym.retrieval_index.build --corpus ... --out ...``"""
-    parser = add_index_build_arguments(argparse.ArgumentParser(prog="agent-gym index build"))
-    return run_index_build(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

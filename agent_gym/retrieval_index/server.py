@@ -31,7 +31,6 @@ per request with 2 h11 workers), hence :func:`bind_socket`. httpx's client sets 
 
 # No `from __future__ import annotations`: FastAPI must resolve the request models, which are defined inside
 # create_app (so importing this module for the CLI does not need fastapi).
-import argparse
 import asyncio
 import ipaddress
 import json
@@ -667,86 +666,4 @@ def run_uvicorn(app: Any, sock: socket.socket, *, workers: int = 1, log_level: s
         raise IndexLoadError("cannot load the index: a worker failed to start (its error is above)")
 
 
-# ----------------------------------------------------------------------------------------------------------
-# CLI: `agent-gym index serve DIR [--host --port --workers ...]`
-
-
-def add_index_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the arguments of ``agent-gym index serve`` to ``parser``."""
-    parser.add_argument("index", help="index directory (from `agent-gym index build`), or 'module:function' "
-                                      "naming a factory that returns a Retriever")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="interface to listen on (default: loopback only; 0.0.0.0 exposes the index "
-                             "to the network, unauthenticated)")
-    from agent_gym.cli_args import port_number
-
-    parser.add_argument("--port", type=port_number, default=8000, help="TCP port (default: 8000)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="worker processes sharing the memory-mapped index (default: 1; threads scale "
-                             "at most 1.3x, processes scale with cores)")
-    parser.add_argument("--max-queries", type=int, default=DEFAULT_MAX_QUERIES,
-                        help=f"most queries per request (default: {DEFAULT_MAX_QUERIES})")
-    parser.add_argument("--max-query-chars", type=int, default=DEFAULT_MAX_QUERY_CHARS,
-                        help=f"longest query in characters (default: {DEFAULT_MAX_QUERY_CHARS})")
-    parser.add_argument("--default-k", type=int, default=DEFAULT_K,
-                        help=f"hits per query when a request gives no k (default: {DEFAULT_K})")
-    parser.add_argument("--max-k", type=int, default=DEFAULT_MAX_K,
-                        help=f"largest k a request may ask for (default: {DEFAULT_MAX_K})")
-    parser.add_argument("--cache", type=int, default=0, metavar="ENTRIES",
-                        help="LRU cache entries per worker; GRPO groups repeat queries (default: 0 = off)")
-    parser.add_argument("--log-level", default="info",
-                        choices=["critical", "error", "warning", "info", "debug"])
-    parser.add_argument("--replicas", type=int, default=None, metavar="N",
-                        help="run N servers of the index on ports PORT .. PORT+N-1 and restart any that exits; "
-                             "clients list them all: RemoteRetriever('http://HOST:PORT,http://HOST:PORT+1,...') "
-                             "balances the load and fails over (default: one server, not supervised)")
-
-
-def run_index_serve(namespace: argparse.Namespace) -> int:
-    """Run ``agent-gym index serve`` from parsed arguments; returns the exit status."""
-    logging.basicConfig(level=namespace.log_level.upper(), format="%(levelname)s: %(message)s")
-    if getattr(namespace, "replicas", None) is not None:
-        return _run_replicas(namespace)
-    try:
-        serve(namespace.index, host=namespace.host, port=namespace.port, workers=namespace.workers,
-              max_queries=namespace.max_queries, max_query_chars=namespace.max_query_chars,
-              default_k=namespace.default_k, max_k=namespace.max_k, cache_entries=namespace.cache,
-              log_level=namespace.log_level)
-    except (ValueError, OSError) as exc:
-        print(f"agent-gym index serve: error: {exc}")
-        return 2
-    except IndexLoadError as exc:
-        print(f"agent-gym index serve: error: {exc}", file=sys.stderr)
-        return STARTUP_FAILURE  # a `--replicas` supervisor stops on this status instead of restarting
-    return 0
-
-
-def _run_replicas(namespace: argparse.Namespace) -> int:
-    from agent_gym.retrieval_index.replicas import ReplicaSupervisor, replica_urls, serve_command
-
-    replicas = namespace.replicas
-    if replicas < 1 or not 0 < namespace.port <= 65536 - replicas:
-        print(f"agent-gym index serve: error: --replicas must be >= 1 and ports {namespace.port}.."
-              f"{namespace.port + replicas - 1} valid, got --replicas {replicas} --port {namespace.port}")
-        return 2
-    target = str(namespace.index)
-    if not Path(target).is_dir() and not (":" in target and not Path(target).exists()):
-        print(f"agent-gym index serve: error: no index directory at {target!r}; build one with "
-              f"`agent-gym index build --corpus FILE --out {target}`")
-        return 2
-    options = ["--workers", str(namespace.workers), "--max-queries", str(namespace.max_queries),
-               "--max-query-chars", str(namespace.max_query_chars), "--default-k", str(namespace.default_k),
-               "--max-k", str(namespace.max_k), "--cache", str(namespace.cache), "--log-level", namespace.log_level]
-    ports = [namespace.port + index for index in range(replicas)]
-    supervisor = ReplicaSupervisor(lambda port: serve_command(target, namespace.host, port, options), ports)
-    print(f"search replicas: {','.join(replica_urls(namespace.host, namespace.port, replicas))}", flush=True)
-    try:
-        supervisor.run()
-    except IndexLoadError as exc:
-        print(f"agent-gym index serve: error: {exc}", file=sys.stderr)
-        return STARTUP_FAILURE
-    return 0
-
-
-__all__ = ["IndexLoadError", "add_index_serve_arguments", "app_from_env", "bind_socket", "create_app",
-           "run_index_serve", "run_uvicorn", "serve", "uvicorn_config"]
+__all__ = ["IndexLoadError", "app_from_env", "bind_socket", "create_app", "run_uvicorn", "serve", "uvicorn_config"]

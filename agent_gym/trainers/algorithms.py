@@ -10,8 +10,9 @@ against its paper line by line. Shapes and conventions shared by all estimators:
 - ``outcomes[b]`` is the episode return, ``group_index[b]`` the integer group of episodes sharing a task.
 - Outputs are zero wherever ``action_mask`` is zero.
 
-``ESTIMATORS`` (at the end) names each estimator the trainer can run: a function from `EstimatorInputs` to
-`Advantages`, so ``config.algo`` picks one by lookup.
+``ESTIMATORS`` (at the end) names each estimator the trainer can run: an `Estimator` record, a function from
+`EstimatorInputs` to `Advantages` with what it needs (groups, a critic, token rewards), so ``config.algo``
+picks one by lookup and the config and trainer read its needs from the record.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from agent_gym.trainers.trajectory import group_index
 
 __all__ = [
     "ESTIMATORS",
+    "Estimator",
     "EstimatorInputs",
     "advantage_token_mask",
     "discounted_returns",
@@ -257,13 +259,34 @@ def _ppo(x: EstimatorInputs) -> Advantages:
     return Advantages(advantages, x.action_mask, returns)
 
 
+@dataclass(frozen=True)
+class Estimator:
+    """An advantage estimator and what it needs, so the config and the trainer read it here, not from a list.
+
+    Attributes:
+        compute: `EstimatorInputs` -> `Advantages`; calling the record calls it.
+        needs_groups: compares the episodes of one task with each other (the config needs group_size >= 2).
+        needs_critic: reads a value model's values (the trainer builds and trains a critic).
+        reads_token_rewards: uses per-turn token rewards; False for outcome-only estimators, which would ignore a
+            KL folded into those rewards.
+    """
+
+    compute: Callable[[EstimatorInputs], Advantages]
+    needs_groups: bool = False
+    needs_critic: bool = False
+    reads_token_rewards: bool = True
+
+    def __call__(self, inputs: EstimatorInputs) -> Advantages:
+        return self.compute(inputs)
+
+
 #: algo name -> estimator. Agent-R1 compares PPO, GRPO, REINFORCE++ and RLOO; dr_grpo and
 #: reinforce_pp_baseline are the variants described in grpo_advantages and reinforce_pp_advantages.
-ESTIMATORS: dict[str, Callable[[EstimatorInputs], Advantages]] = {
-    "grpo": _grpo,
-    "dr_grpo": _dr_grpo,
-    "ppo": _ppo,
-    "reinforce_pp": _reinforce_pp,
-    "reinforce_pp_baseline": _reinforce_pp_baseline,
-    "rloo": _rloo,
+ESTIMATORS: dict[str, Estimator] = {
+    "grpo": Estimator(_grpo, needs_groups=True, reads_token_rewards=False),
+    "dr_grpo": Estimator(_dr_grpo, needs_groups=True, reads_token_rewards=False),
+    "ppo": Estimator(_ppo, needs_critic=True),
+    "reinforce_pp": Estimator(_reinforce_pp),
+    "reinforce_pp_baseline": Estimator(_reinforce_pp_baseline, needs_groups=True),
+    "rloo": Estimator(_rloo, needs_groups=True, reads_token_rewards=False),
 }

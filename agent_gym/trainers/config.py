@@ -1,19 +1,14 @@
-"""Training configuration: one dataclass, loadable from YAML and from CLI flags generated from its fields.
+"""Training configuration: one dataclass whose fields carry ``metadata={"help": ...}``, and its validation.
 
-TRL-style: each field carries ``metadata={"help": ...}`` and the argparse flags are built from the fields, so
-the CLI and the code never drift. Every default says where it comes from. Precedence when both are given:
-CLI flag > YAML file > dataclass default.
+TRL-style: ``agent-gym train`` builds its flags and reads YAML files from the fields (agent_gym/cli/
+config_flags.py), so the CLI and the code never drift. Every default says where it comes from. Precedence when
+both are given: CLI flag > YAML file > dataclass default.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from agent_gym.error import AgentGymError
@@ -21,7 +16,7 @@ from agent_gym.models.threads import DEFAULT_TORCH_THREADS
 from agent_gym.trainers.algorithms import ESTIMATORS
 from agent_gym.trainers.losses import AGGREGATIONS, KL_ESTIMATORS
 
-__all__ = ["ConfigError", "TrainConfig", "add_dataclass_arguments", "config_from_dict", "load_config"]
+__all__ = ["ConfigError", "TrainConfig"]
 
 
 class ConfigError(AgentGymError, ValueError):
@@ -393,12 +388,14 @@ class TrainConfig:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):
             raise ConfigError(f"gamma and lam must be in [0, 1], got {self.gamma}, {self.lam}")
-        if self.algo in ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline") and self.group_size < 2:
+        estimator = ESTIMATORS[self.algo]
+        if estimator.needs_groups and self.group_size < 2:
             raise ConfigError(f"algo={self.algo} compares episodes within a group: group_size must be >= 2")
-        if self.kl_in_reward_coef > 0 and self.algo in ("grpo", "dr_grpo", "rloo"):
+        if self.kl_in_reward_coef > 0 and not estimator.reads_token_rewards:
+            token_level = ", ".join(name for name, other in ESTIMATORS.items() if other.reads_token_rewards)
             raise ConfigError(
                 f"kl_in_reward_coef acts on token rewards, which algo={self.algo} ignores (it uses episode "
-                "outcomes); use kl_coef (KL in the loss) instead, or a token-level algo (ppo, reinforce_pp)"
+                f"outcomes); use kl_coef (KL in the loss) instead, or a token-level algo ({token_level})"
             )
         if self.max_turns is not None and self.max_turns < 1:
             raise ConfigError(f"max_turns must be >= 1 or none, got {self.max_turns}")
@@ -420,159 +417,3 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# YAML / dict loading
-
-#: field names of earlier releases -> their current names (YAML keys and CLI flags keep working)
-RENAMED_FIELDS = {"loss_mask": "use_loss_mask", "advantage_mask": "use_advantage_mask"}
-
-
-def _resolved_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _strip_optional(tp: Any) -> tuple[Any, bool]:
-    """(inner type, allows None) for `X | None`."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1 and len(typing.get_args(tp)) == 2:
-            return args[0], True
-    return tp, False
-
-
-def _coerce(name: str, tp: Any, value: Any) -> Any:
-    """Convert a YAML/CLI value to the field's type, or raise ConfigError naming the field."""
-    inner, optional = _strip_optional(tp)
-    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
-        if optional:
-            return None
-        raise ConfigError(f"{name} may not be null")
-    origin = typing.get_origin(inner)
-    try:
-        if origin is Literal:
-            if value not in typing.get_args(inner):
-                raise ConfigError(
-                    f"{name}={value!r} is not one of {', '.join(map(str, typing.get_args(inner)))}"
-                )
-            return value
-        if inner is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-                return value.lower() in ("true", "1", "yes")
-            raise ConfigError(f"{name} must be true or false, got {value!r}")
-        if origin is dict or inner is dict:
-            if isinstance(value, str):
-                value = json.loads(value)
-            if not isinstance(value, dict):
-                raise ConfigError(f"{name} must be a mapping (JSON object), got {value!r}")
-            return dict(value)
-        if origin is list or inner is list:
-            if isinstance(value, str):
-                value = [value]
-            item = (typing.get_args(inner) or (str,))[0]
-            return [item(v) for v in value]
-        if inner is int and isinstance(value, float) and not value.is_integer():
-            raise ConfigError(f"{name} must be an integer, got {value!r}")
-        if inner in (int, float, str):
-            return inner(value)
-    except (TypeError, ValueError, json.JSONDecodeError) as error:
-        if isinstance(error, ConfigError):
-            raise
-        raise ConfigError(
-            f"{name}: cannot read {value!r} as {getattr(inner, '__name__', inner)} ({error})"
-        ) from error
-    return value
-
-
-def config_from_dict(values: dict[str, Any], cls: type = TrainConfig) -> Any:
-    """Build a config from a mapping; unknown keys and ill-typed values raise `ConfigError`.
-
-    A key in `RENAMED_FIELDS` is read as its new name; giving both names is an error.
-    """
-    hints = _resolved_types(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    values = dict(values)
-    for old, new in RENAMED_FIELDS.items():
-        if old in values and new in names:
-            if new in values:
-                raise ConfigError(f"{old} and {new} are both set; {old} is the old name of {new}: keep only {new}")
-            values[new] = values.pop(old)
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ConfigError(
-            f"unknown config field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(names))}"
-        )
-    coerced = {key: _coerce(key, hints[key], value) for key, value in values.items()}
-    try:
-        return cls(**coerced)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as error:
-        raise ConfigError(str(error)) from error
-
-
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Load a YAML file (if given) and apply `overrides` on top."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        import yaml
-
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path} is not valid YAML: {error}") from error
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path} must hold a mapping of field: value, got {type(loaded).__name__}")
-        values.update(loaded)
-    values.update(overrides or {})
-    return config_from_dict(values)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# argparse
-
-
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> None:
-    """One flag per field (``--field-name``), help from the field metadata.
-
-    Flags default to "not given" (argparse.SUPPRESS) so only explicit flags override the YAML file.
-    """
-    hints = _resolved_types(cls)
-    for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        inner, optional = _strip_optional(hints[f.name])
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        help_text = f"{f.metadata.get('help', '')} [default: {default!r}]".replace("%", "%%")
-        kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
-        if inner is bool:
-            old_names = [old for old, new in RENAMED_FIELDS.items() if new == f.name]
-            old_flags = [f"--{old.replace('_', '-')}" for old in old_names]
-            parser.add_argument(flag, *old_flags, action=argparse.BooleanOptionalAction, **kwargs)
-        elif typing.get_origin(inner) is Literal or f.metadata.get("choices"):
-            choices = f.metadata.get("choices") or typing.get_args(inner)
-            parser.add_argument(flag, choices=list(choices), **kwargs)
-        elif typing.get_origin(inner) is list:
-            item = (typing.get_args(inner) or (str,))[0]
-            parser.add_argument(flag, nargs="+", metavar="N" if item is int else "NAME", **kwargs)
-        elif typing.get_origin(inner) is dict:
-            parser.add_argument(flag, metavar="JSON", **kwargs)
-        elif optional:
-            parser.add_argument(flag, metavar=getattr(inner, "__name__", "VALUE").upper() + "|none", **kwargs)
-        else:
-            parser.add_argument(flag, type=inner, **kwargs)
-
-
-def config_from_namespace(ns: argparse.Namespace, cls: type = TrainConfig) -> Any:
-    """Config from parsed flags: the YAML of ``ns.config`` (if any) with the explicit flags on top."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    overrides = {key: value for key, value in vars(ns).items() if key in names}
-    config_path = getattr(ns, "config", None)
-    if cls is TrainConfig:
-        return load_config(config_path, overrides)
-    return config_from_dict(overrides, cls)

@@ -6,7 +6,6 @@ off, read off one figure.
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,25 +88,3 @@ def plot_runs(
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
-
-
-def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `agent-gym plot`."""
-    parser.add_argument(
-        "run_dirs", nargs="+", metavar="RUN_DIR", help="output directories of `agent-gym train`"
-    )
-    parser.add_argument("--out", default=None, help="PNG path (default: RUN_DIR/curves.png, or ./curves.png)")
-    parser.add_argument(
-        "--keys", nargs="+", default=None, help=f"metrics to draw (default: {', '.join(DEFAULT_KEYS)})"
-    )
-
-
-def run_plot(ns: argparse.Namespace) -> int:
-    """Entry point of `agent-gym plot`; returns an exit code."""
-    try:
-        path = plot_runs(ns.run_dirs, ns.out, ns.keys)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"agent-gym plot: {error}")
-        return 2
-    print(f"wrote {path}")
-    return 0

@@ -17,12 +17,9 @@ The trainer never imports a concrete env: it builds envs with ``gymnasium.make(c
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
-import dataclasses
 import inspect
-import math
 import random
 import time
 from collections import defaultdict
@@ -35,7 +32,6 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from agent_gym.error import AgentGymError
 from agent_gym.trainers import metrics as m
 from agent_gym.trainers.algorithms import (
     ESTIMATORS,
@@ -55,7 +51,7 @@ from agent_gym.trainers.checkpoint import (
     save_checkpoint,
     trainable_state_dict,
 )
-from agent_gym.trainers.config import ConfigError, TrainConfig, add_dataclass_arguments, config_from_namespace
+from agent_gym.trainers.config import ConfigError, TrainConfig
 from agent_gym.trainers.critic import CRITIC_FILE, ValueModel
 from agent_gym.trainers.losses import (
     aggregate,
@@ -67,13 +63,14 @@ from agent_gym.trainers.losses import (
     token_logprobs,
     value_loss,
 )
+from agent_gym.trainers.lr_schedule import lr_lambda
 from agent_gym.trainers.metrics import MetricsLogger, episode_metrics
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
-from agent_gym.trainers.run_dir import RunDirectoryError, check_run_dir, clear_run_dir
+from agent_gym.trainers.run_dir import check_run_dir, clear_run_dir
 from agent_gym.trainers.task_sampler import TaskSampler
 from agent_gym.trainers.trajectory import collate
 
-__all__ = ["TaskSampler", "Trainer", "ValueModel", "add_train_arguments", "run_train"]
+__all__ = ["TaskSampler", "Trainer", "ValueModel"]
 
 StepCallback = Callable[["Trainer", dict[str, float]], None]
 # What a run writes in its output_dir: deleted by --overwrite, so nothing of the old run survives into the new.
@@ -90,20 +87,6 @@ def _resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def _lr_lambda(schedule: str, warmup: int, total: int) -> Callable[[int], float]:
-    """Linear warmup, then constant or cosine decay to 0 over the remaining optimizer steps."""
-
-    def factor(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        if schedule == "cosine":
-            progress = (step - warmup) / max(1, total - warmup)
-            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-        return 1.0
-
-    return factor
 
 
 class Trainer:
@@ -158,7 +141,7 @@ class Trainer:
         if needs_reference and config.lora_rank == 0 and not config.adapter:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.critic: ValueModel | None = None
-        if config.algo == "ppo":
+        if ESTIMATORS[config.algo].needs_critic:
             self.critic = ValueModel.from_policy(model).to(self.device)
         # A LoRA policy samples through a plain copy with the adapters merged in (lora_weights.py): the fast
         # decoder and its prefix cache need plain linear layers, and peft's extra matmuls slow every token.
@@ -173,7 +156,7 @@ class Trainer:
             self.model = self._apply_lora(model) if config.lora_rank > 0 else model
 
         optimizer_steps = max(1, config.total_steps * config.ppo_epochs * config.num_mini_batches)
-        schedule = _lr_lambda(config.lr_schedule, config.warmup_steps, optimizer_steps)
+        schedule = lr_lambda(warmup_steps=config.warmup_steps, total_steps=optimizer_steps, decay=config.lr_schedule)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
             lr=config.lr,
@@ -663,61 +646,3 @@ class Trainer:
             if callable(close):
                 with contextlib.suppress(Exception):
                     close()
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-
-
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `agent-gym train`: ``--config YAML`` plus one flag per `TrainConfig` field."""
-    from agent_gym.cli_args import add_env_kwargs_arguments
-
-    parser.add_argument("--config", default=None, help="YAML file of TrainConfig fields; flags override it")
-    parser.add_argument("--env", dest="env_id", default=argparse.SUPPRESS, help="alias of --env-id")
-    add_dataclass_arguments(parser, TrainConfig)  # --env-kwargs JSON is a TrainConfig field
-    add_env_kwargs_arguments(parser, json_flag=False)
-
-
-def config_from_train_args(ns: argparse.Namespace) -> TrainConfig:
-    """The config of `agent-gym train`: the YAML file, the flags on top, then each ``--env-kwarg`` on top of
-    ``env_kwargs``."""
-    from agent_gym.cli_args import parse_env_kwarg_pairs
-
-    config = config_from_namespace(ns)
-    pairs = parse_env_kwarg_pairs(getattr(ns, "env_kwarg", None))
-    return dataclasses.replace(config, env_kwargs={**config.env_kwargs, **pairs}) if pairs else config
-
-
-def run_train(ns: argparse.Namespace) -> int:
-    """Entry point of `agent-gym train`; returns an exit code (2, with the reason, for bad settings)."""
-    import gymnasium as gym
-
-    from agent_gym.cli_args import make_env
-
-    try:
-        config = config_from_train_args(ns)
-        make_env(config.env_id, config.env_kwargs).close()  # a refused env fails here, before a model loads
-        make_envs, pool_errors = None, ()
-        if config.env_workers:  # scale-out lives beside the trainers (DESIGN §1): only this entry point reaches it
-            from agent_gym.distributed import EnvPoolError, RayClusterError, ray_env_pool_factory
-
-            pool_errors = (EnvPoolError, RayClusterError)
-            make_envs = ray_env_pool_factory(config.env_workers, config.ray_address, config.env_step_timeout)
-        trainer = Trainer(config, make_envs=make_envs)
-    except (AgentGymError, gym.error.Error) as error:  # ConfigError, ModelInitError, the pool's errors
-        print(f"agent-gym train: {error}")
-        return 2
-    try:
-        if trainer.maybe_resume() is not None:
-            print(f"resumed from step {trainer.step} ({trainer.resumed_from})", flush=True)
-        metrics = trainer.train()
-    except (CheckpointError, RunDirectoryError, *pool_errors) as error:
-        print(f"agent-gym train: {error}")
-        return 2
-    finally:
-        trainer.close()
-    summary = ", ".join(f"{k}={metrics[k]:.3f}" for k in (m.REWARD, m.EM, m.EVAL_EM) if k in metrics)
-    print(
-        f"trained {config.total_steps} steps ({summary}); policy saved to {Path(config.output_dir) / 'final'}"
-    )
-    return 0

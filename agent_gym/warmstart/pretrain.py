@@ -14,9 +14,6 @@ is a function of (seed, step), so a killed run resumed from its last checkpoint 
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,15 +32,16 @@ from agent_gym.trainers.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from agent_gym.trainers.config import ConfigError, add_dataclass_arguments, config_from_namespace
+from agent_gym.trainers.config import ConfigError
+from agent_gym.trainers.lr_schedule import lr_lambda
 from agent_gym.trainers.metrics import METRICS_FILE, MetricsLogger
-from agent_gym.trainers.run_dir import RunDirectoryError, check_run_dir, clear_run_dir
+from agent_gym.trainers.run_dir import check_run_dir, clear_run_dir
 from agent_gym.warmstart.copy_drills import DRILL_FORMS, DrillSource
 from agent_gym.warmstart.copy_skill import copy_skill
 from agent_gym.warmstart.induction import induction_rows, induction_vocab, install_previous_token_head
 from agent_gym.warmstart.lm_loss import WeightedRow, weighted_lm_loss
 
-__all__ = ["PretrainConfig", "Pretrainer", "add_pretrain_arguments", "run_pretrain"]
+__all__ = ["PretrainConfig", "Pretrainer"]
 
 
 # What a run writes in its output_dir: deleted by --overwrite, so nothing of the old run survives into the new.
@@ -151,14 +149,6 @@ class PretrainConfig:
             )
 
 
-def _lr_factor(step: int, config: PretrainConfig) -> float:
-    """Linear warm-up, then cosine decay to ``min_lr_ratio`` at the last step."""
-    if step < config.warmup_steps:
-        return (step + 1) / config.warmup_steps
-    progress = min(1.0, (step - config.warmup_steps) / max(1, config.total_steps - config.warmup_steps))
-    return config.min_lr_ratio + (1 - config.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
 class Pretrainer:
     """Runs the two stages on a model and tokenizer; see the module docstring."""
 
@@ -188,7 +178,8 @@ class Pretrainer:
                                   config.policy, config.drill_forms, config.env_token_weight, config.seed)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
                                            betas=(0.9, config.adam_beta2))
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: _lr_factor(step, config))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(
+            warmup_steps=config.warmup_steps, total_steps=config.total_steps, floor=config.min_lr_ratio))
         self.step = 0
         self._resumed: bool | None = None  # set once the run directory is checked
 
@@ -305,29 +296,3 @@ class Pretrainer:
         self.model.save_pretrained(final)
         self.tokenizer.save_pretrained(final)
         return final
-
-
-def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `agent-gym model pretrain`: one per `PretrainConfig` field."""
-    add_dataclass_arguments(parser, PretrainConfig)
-
-
-def run_pretrain(ns: argparse.Namespace) -> int:
-    """Entry point of `agent-gym model pretrain`; returns an exit code."""
-    from agent_gym.cli_args import UsageError
-    from agent_gym.models.model_init import ModelInitError
-
-    try:
-        config = config_from_namespace(ns, PretrainConfig)
-        pretrainer = Pretrainer(config)
-    except (ConfigError, ModelInitError) as error:
-        raise UsageError(str(error)) from None
-    try:
-        if pretrainer._resume():
-            print(f"resumed from step {pretrainer.step}", flush=True)
-        scores = pretrainer.train()
-    except (CheckpointError, RunDirectoryError) as error:
-        raise UsageError(str(error)) from None
-    summary = json.dumps({key: round(value, 3) for key, value in scores.items() if key.endswith("exact")})
-    print(f"pretrained {config.total_steps} steps; copy skill {summary}; saved to {Path(config.output_dir) / 'final'}")
-    return 0

@@ -2,7 +2,8 @@
 
 A command raises :class:`UsageError` for a mistake in its arguments (an unknown env id or policy, an env
 keyword the env refuses, a task id it does not have); ``agent-gym`` prints it as one line,
-``agent-gym <command>: <message>``, and exits with status 2, argparse's status for usage errors.
+``agent-gym <command>: <message>``, and exits with status 2, argparse's status for usage errors. The library
+itself raises ``agent_gym.error.AgentGymError``s, never this: only the commands in ``agent_gym.cli`` do.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "make_env",
     "one_line",
     "parse_env_kwarg_pairs",
+    "parse_json_object",
     "port_number",
     "user_errors",
 ]
@@ -29,8 +31,8 @@ __all__ = [
 class UsageError(SystemExit):
     """A mistake in a command's arguments; the message says what is wrong and what to do instead.
 
-    A ``SystemExit``, so a command run outside ``agent-gym`` (``python -m ...``) also stops with the message
-    and no traceback.
+    A ``SystemExit``, so a command function called outside ``main`` also stops with the message and no
+    traceback.
     """
 
     def __init__(self, message: str) -> None:
@@ -135,17 +137,18 @@ def env_kwargs_from_args(namespace: argparse.Namespace) -> dict[str, Any]:
 
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> Any:
-    """``gym.make(env_id, **env_kwargs)``, with an unknown id or a refused keyword reported as a usage error."""
-    import gymnasium as gym
-
-    import agent_gym  # noqa: F401 - registers the ids
+    """``agent_gym.make_env(env_id, **env_kwargs)``, with an unknown id or a refused keyword reported as a usage
+    error."""
+    from agent_gym.error import AgentGymError
+    from agent_gym.make import EnvMakeError
+    from agent_gym.make import make_env as make
 
     env_kwargs = env_kwargs or {}
     try:
-        return gym.make(env_id, **env_kwargs)
-    except gym.error.Error as error:
-        raise UsageError(f"{one_line(error)} (`agent-gym envs` lists the ids)") from error
-    except (TypeError, ValueError, KeyError, FileNotFoundError) as error:
+        return make(env_id, env_kwargs)
+    except EnvMakeError as error:  # its message already says where the ids are listed
+        raise UsageError(one_line(error)) from error
+    except (AgentGymError, TypeError, ValueError, KeyError, FileNotFoundError) as error:
         settings = " ".join(f"{key}={value!r}" for key, value in env_kwargs.items())
         raise UsageError(f"cannot make {env_id}{' with ' + settings if settings else ''}: "
                          f"{one_line(error)}") from error

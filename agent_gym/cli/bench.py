@@ -20,6 +20,14 @@ from pathlib import Path
 
 from agent_gym.bench.report import BenchRecord, format_table, plot_curves, read_records
 from agent_gym.bench.runners import RUNNERS, BenchSettings, settings_json
+from agent_gym.cli.args import (
+    UsageError,
+    add_env_kwargs_arguments,
+    env_kwargs_from_args,
+    make_env,
+    parse_json_object,
+    user_errors,
+)
 
 __all__ = ["add_bench_arguments", "run_bench"]
 
@@ -34,8 +42,6 @@ REQUIREMENTS = {
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    from agent_gym.cli_args import add_env_kwargs_arguments
-
     parser.add_argument("--env", required=True, help="environment id, e.g. AgentR1-SynthHop-v0")
     parser.add_argument("--libraries", default="ours-grpo,trl-grpo,sb3-ppo,random,oracle",
                         help=f"comma-separated, from: {', '.join(RUNNERS)}")
@@ -93,8 +99,6 @@ def _build_default_model(env_id: str, env_kwargs: dict, out: Path, sft_episodes:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from agent_gym.cli_args import UsageError, env_kwargs_from_args, make_env, parse_json_object
-
     libraries = [name for name in args.libraries.split(",") if name]
     unknown = [name for name in libraries if name not in RUNNERS]
     if unknown or not libraries:
@@ -113,7 +117,6 @@ def run_bench(args: argparse.Namespace) -> int:
     if model is None and runnable_llms:
         model = str(_build_default_model(args.env, env_kwargs, out, args.sft_episodes))
     elif model is not None and runnable_llms:
-        from agent_gym.cli_args import user_errors
         from agent_gym.models.pretrained import PretrainedModelError, resolve_model
 
         with user_errors(PretrainedModelError):
@@ -142,7 +145,7 @@ def run_bench(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             print(f"bench: {library} seed {seed} ...", file=sys.stderr, flush=True)
             completed = subprocess.run(
-                [python, "-m", "agent_gym.bench.runners", "--library", library, "--seed", str(seed),
+                [python, "-m", "agent_gym.cli.bench_runner", "--library", library, "--seed", str(seed),
                  "--settings", settings_json(settings), "--out", str(log)], env=child_env, check=False)
             print(f"bench: {library} seed {seed}: exit {completed.returncode} after "
                   f"{time.perf_counter() - started:.0f} s", file=sys.stderr)

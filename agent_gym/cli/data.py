@@ -1,0 +1,64 @@
+"""``agent-gym data``: fetch the datasets' official files, say where they go, export an env's tasks for verl."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from agent_gym.cli.args import UsageError, add_env_kwargs_arguments, env_kwargs_from_args, make_env, user_errors
+
+__all__ = ["add_data_arguments", "add_export_verl_arguments", "run_data_fetch", "run_data_where", "run_export_verl"]
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="hotpotqa, 2wikimultihopqa or musique")
+    parser.add_argument("--split", default="dev", help="dev or train")
+    parser.add_argument("--setting", default=None, help="HotpotQA only: distractor (default) or fullwiki")
+
+
+def run_data_fetch(args: argparse.Namespace) -> int:
+    from agent_gym.envs.datasets import DatasetNotAvailable, fetch
+
+    try:
+        with user_errors(ValueError):  # an unknown dataset name or split
+            path = fetch(args.name, args.split, setting=args.setting)
+    except DatasetNotAvailable as exc:
+        print(f"agent-gym data fetch: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+def run_data_where(args: argparse.Namespace) -> int:
+    from agent_gym.envs.datasets import expected_path
+
+    with user_errors(ValueError):
+        print(expected_path(args.name, args.split, setting=args.setting))
+    return 0
+
+
+def add_export_verl_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env_id", help="environment id, e.g. AgentR1-HotpotQA-v0")
+    parser.add_argument("--split", default="train", help="the env's split kwarg (default: train)")
+    parser.add_argument("--limit", type=int, default=None, help="export the first N tasks (default: all)")
+    parser.add_argument("--max-tokens-per-turn", type=int, default=1024,
+                        help="the model's token budget per turn in verl's rollout (default: 1024, as in Agent-R1's "
+                             "GRPO recipe)")
+    parser.add_argument("--out", default=None, help="parquet file (default: data/verl/ENV_SPLIT.parquet)")
+    add_env_kwargs_arguments(parser)
+
+
+def run_export_verl(args: argparse.Namespace) -> int:
+    from agent_gym.adapters.verl_dataset import verl_rows, write_verl_parquet
+
+    env_kwargs = {**env_kwargs_from_args(args), "split": args.split}
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {args.limit}")
+    make_env(args.env_id, env_kwargs).close()  # an unknown id or a refused split fails here, with the reason
+    with user_errors(ValueError, KeyError):
+        rows = verl_rows(args.env_id, env_kwargs, limit=args.limit, max_tokens_per_turn=args.max_tokens_per_turn)
+    out = Path(args.out or f"data/verl/{args.env_id}_{args.split}.parquet")
+    write_verl_parquet(rows, out)
+    print(f"{len(rows)} rows of {args.env_id} ({args.split}) written to {out}")
+    return 0

@@ -1,0 +1,165 @@
+"""``agent-gym envs``, ``agent-gym play`` and ``agent-gym env serve``: list, play and serve the envs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from agent_gym.cli.args import (
+    UsageError,
+    add_env_kwargs_arguments,
+    env_kwargs_from_args,
+    make_env,
+    port_number,
+    user_errors,
+)
+
+__all__ = ["add_env_serve_arguments", "add_envs_arguments", "add_play_arguments", "run_env_serve", "run_envs",
+           "run_play"]
+
+
+def add_envs_arguments(parser: argparse.ArgumentParser) -> None:
+    del parser  # no options
+
+
+def run_envs(args: argparse.Namespace) -> int:
+    from agent_gym.registration import registered_envs
+
+    envs = registered_envs()
+    width = max(len(env_id) for env_id in envs)
+    for env_id, description in envs.items():
+        print(f"{env_id.ljust(width)}  {description}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- play
+
+
+def add_play_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--task-id", default=None, help="play this task (default: drawn by the seed)")
+    parser.add_argument("--model", default=None,
+                        help="let this model (a directory or a known name such as smollm2-135m-instruct) write the "
+                             "agent's turns, greedy, and watch; default: you type them")
+    parser.add_argument("--adapter", default=None, help="with --model: a LoRA adapter directory merged into it")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="with --model: tokens per model turn")
+    add_env_kwargs_arguments(parser)
+
+
+def _model_turns(args: argparse.Namespace) -> Any:
+    """The greedy ModelPolicy of ``--model``/``--adapter`` (bf16 where the machine runs it natively)."""
+    from agent_gym.models.model_init import ModelInitError
+    from agent_gym.models.precision import resolve_dtype
+    from agent_gym.models.pretrained import PretrainedModelError
+    from agent_gym.models.threads import set_torch_threads
+    from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
+
+    set_torch_threads(None)
+    with user_errors(ModelPolicyError, ModelInitError, PretrainedModelError, ValueError):
+        return ModelPolicy.from_pretrained(args.model, adapter=args.adapter, dtype=resolve_dtype("auto"),
+                                           max_new_tokens=args.max_new_tokens)
+
+
+def run_play(args: argparse.Namespace) -> int:
+    if args.adapter and not args.model:
+        raise UsageError("--adapter needs --model")
+    policy = _model_turns(args) if args.model else None
+    env = make_env(args.env_id, env_kwargs_from_args(args))
+    options = {"task_id": args.task_id} if args.task_id else None
+    try:
+        with user_errors(KeyError, ValueError):  # a task id the env does not have
+            observation, info = env.reset(seed=args.seed, options=options)
+    except UsageError:
+        env.close()
+        raise
+    print(f"== system ==\n{info['messages'][0]['content']}\n\n== question ==\n{observation}")
+    if policy is not None:
+        policy.begin(env.unwrapped, observation, info)
+    else:
+        print("\nType your turn; end it with a line holding only '.', or type ':quit'.")
+    total = 0.0
+    while True:
+        if policy is not None:
+            action = policy.act(observation, info)
+            print(f"\n== {args.model} ==\n{action}")
+            observation, reward, terminated, truncated, info = env.step(action)
+            total += reward
+            print(f"\n== observation ==\n{observation}\n== reward {reward:+.3f} (total {total:+.3f})")
+            if terminated or truncated:
+                print(f"episode over ({'answered' if terminated else 'truncated'}); gold: {info['gold_answers']}")
+                env.close()
+                return 0
+            continue
+        lines: list[str] = []
+        while True:
+            try:
+                line = input("> " if not lines else "  ")
+            except EOFError:
+                env.close()
+                return 0
+            if line.strip() == ":quit":
+                env.close()
+                return 0
+            if line.strip() == ".":
+                break
+            lines.append(line)
+        observation, reward, terminated, truncated, info = env.step("\n".join(lines))
+        total += reward
+        print(f"\n== observation ==\n{observation}\n== reward {reward:+.3f} (total {total:+.3f}) "
+              f"{json.dumps(info['reward_components'])}")
+        if terminated or truncated:
+            print(f"episode over ({'answered' if terminated else 'truncated'}); gold: {info['gold_answers']}")
+            env.close()
+            return 0
+
+
+def add_env_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from agent_gym.adapters.openenv_server import (
+        DEFAULT_IDLE_TIMEOUT_S,
+        DEFAULT_MAX_MESSAGE_BYTES,
+        DEFAULT_MAX_SESSIONS,
+    )
+
+    parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default: loopback only; 0.0.0.0 exposes every env to the network)")
+    parser.add_argument("--port", type=port_number, default=8001, help="TCP port, 0 for any free one (default: 8001)")
+    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
+                        help="live WebSocket sessions (each holds its own env); more are refused")
+    parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
+                        help="seconds a session may stay silent before it and its env are closed")
+    parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
+                        help="largest WebSocket message accepted")
+    add_env_kwargs_arguments(parser)
+
+
+def run_env_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from agent_gym.adapters.openenv_server import create_env_app
+
+    env_kwargs = env_kwargs_from_args(args)
+    make_env(args.env_id, env_kwargs).close()  # an unknown id or a refused kwarg is a usage error, before binding
+    if args.max_sessions < 1 or not args.idle_timeout > 0 or args.max_message_bytes < 1024:
+        raise UsageError("--max-sessions must be >= 1, --idle-timeout > 0 and --max-message-bytes >= 1024")
+    from agent_gym.registration import registered_envs
+
+    app = create_env_app(lambda: make_env(args.env_id, env_kwargs), name=args.env_id,
+                         description=registered_envs().get(args.env_id, ""), max_sessions=args.max_sessions,
+                         idle_timeout_s=args.idle_timeout)
+    from agent_gym.retrieval_index.server import bind_socket
+
+    try:  # bind before saying "serving": a busy port is reported as such, not after the announcement
+        sock = bind_socket(args.host, args.port)
+    except OSError as error:
+        raise UsageError(str(error)) from error
+    port = sock.getsockname()[1]
+    print(f"serving {args.env_id} over the OpenEnv protocol at ws://{args.host}:{port}/ws", flush=True)
+    config = uvicorn.Config(app, log_level="warning", ws_max_size=args.max_message_bytes)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+    return 0

@@ -1,0 +1,164 @@
+"""``agent-gym eval``: a scripted policy or a model on an env; a table, and one JSONL record per episode."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent_gym.cli.args import (
+    UsageError,
+    add_env_kwargs_arguments,
+    env_kwargs_from_args,
+    make_env,
+    parse_env_kwarg_pairs,
+    user_errors,
+)
+
+__all__ = ["add_eval_arguments", "run_eval"]
+
+
+def _file_safe(text: str) -> str:
+    """A file-name part: ``module:Env-v0`` ids and model names keep only letters, digits, ``.``, ``_``, ``-``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
+    parser.add_argument("--policy", default="naive-rag",
+                        help="scripted policies, comma-separated: oracle (needs gold decompositions), "
+                             "gold-search, naive-rag, weak-multihop, random, stub (coding envs) (ignored with "
+                             "--model)")
+    parser.add_argument("--model", default=None,
+                        help="evaluate this model (a directory, a training run's directory, or a HF name); greedy "
+                             "unless --best-of or --value-guided")
+    parser.add_argument("--adapter", default=None,
+                        help="with --model: a LoRA adapter directory (agent-gym sft/train --lora-rank, or a "
+                             "committed experiments/checkpoints/real-*) merged into the model")
+    parser.add_argument("--naive-rag", action="store_true",
+                        help="with --model: the paper's naive RAG baseline, the question searched once by a script, "
+                             "then the model answers (pair it with --max-turns 2)")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                        help="with --model: weights' dtype (auto: bfloat16 where the CPU or GPU runs it natively)")
+    decoding = parser.add_mutually_exclusive_group()
+    decoding.add_argument("--best-of", type=int, default=None, metavar="N",
+                          help="with --model: sample N turns each turn, play the one the policy finds likeliest")
+    decoding.add_argument("--value-guided", type=int, default=None, metavar="N",
+                          help="with --model RUN of a PPO run: sample N turns each turn, play the one its critic "
+                               "values most (the value at the turn's last token)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of those N turns")
+    parser.add_argument("--max-new-tokens", type=int, default=256,
+                        help="with --model: token budget of one model turn (fewer: a cheaper eval on a CPU)")
+    parser.add_argument("--max-turns", type=int, default=None,
+                        help="turns per episode: sets the env's max_turns (an episode cut there pays the env's "
+                             "truncation); default: the env's own")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="with --model: torch.set_num_threads (default: agent_gym.models.threads's measured "
+                             "default; 0 keeps torch's own)")
+    parser.add_argument("--policy-kwarg", action="append", metavar="KEY=VALUE", default=[],
+                        help="option of the scripted policies (repeatable), e.g. --policy-kwarg p_multihop=0.5")
+    parser.add_argument("--episodes", type=int, default=100,
+                        help="episodes, one per task in the env's task order (at most the env's task count)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None,
+                        help="per-episode JSONL (default: runs/eval-ENV-POLICY[-SETTINGS-HASH].jsonl, one file per "
+                             "env kwargs, model and decoding settings)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_env_kwargs_arguments(parser)
+
+
+def _eval_identity(args: argparse.Namespace) -> dict[str, Any]:
+    """Every setting of an eval that changes its results, beyond the env and the policy's name."""
+    identity: dict[str, Any] = {"env_kwargs": env_kwargs_from_args(args)}
+    if args.max_turns is not None:
+        identity["env_kwargs"]["max_turns"] = args.max_turns
+    if args.model:
+        model = Path(args.model)
+        adapter = Path(args.adapter).resolve() if args.adapter else None
+        identity.update(adapter=str(adapter) if adapter else None, naive_rag=args.naive_rag or None,
+                        dtype=None if args.dtype == "auto" else args.dtype)
+        identity.update(model=str(model.resolve()) if model.exists() else args.model, best_of=args.best_of,
+                        value_guided=args.value_guided, max_new_tokens=args.max_new_tokens,
+                        temperature=args.temperature)
+    else:
+        identity["policy_kwargs"] = args.policy_kwarg
+    if args.seed:
+        identity["seed"] = args.seed
+    return {key: value for key, value in identity.items() if value not in ({}, [], None)}
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from agent_gym.evaluation import evaluate, format_table, summarize
+    from agent_gym.policies import PolicyError, make_policy
+
+    env_kwargs = env_kwargs_from_args(args)
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be at least 1, got {args.episodes}")
+    given = [n for n in (args.value_guided, args.best_of) if n is not None]
+    if (given or args.adapter or args.naive_rag) and not args.model:
+        raise UsageError("--best-of, --value-guided, --adapter and --naive-rag need --model")
+    if given and given[0] < 1:
+        raise UsageError(f"--best-of / --value-guided need N >= 1, got {given[0]}")
+    if args.max_new_tokens < 1 or (args.max_turns is not None and args.max_turns < 1):
+        raise UsageError(f"--max-new-tokens and --max-turns must be at least 1, got {args.max_new_tokens} and "
+                         f"{args.max_turns}")
+    if args.max_turns is not None:
+        env_kwargs["max_turns"] = args.max_turns
+    if not args.model:
+        options = parse_env_kwarg_pairs(args.policy_kwarg)
+        with user_errors(ValueError):
+            runs = [(name, make_policy(name, seed=args.seed, **options)) for name in args.policy.split(",") if name]
+    env = make_env(args.env_id, env_kwargs)
+    if args.model:
+        from agent_gym.models.threads import set_torch_threads
+        from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
+
+        set_torch_threads(args.torch_threads)
+
+        candidates = given[0] if given else 1
+        select = "value" if args.value_guided else "logprob"
+        label = Path(args.model).name + (f"+{Path(args.adapter).name}" if args.adapter else "") + (
+            f" value-guided-{candidates}" if args.value_guided else f" best-of-{candidates}" if args.best_of else "")
+        from agent_gym.models.model_init import ModelInitError
+        from agent_gym.models.precision import resolve_dtype
+        from agent_gym.models.pretrained import PretrainedModelError
+
+        with user_errors(ModelPolicyError, ModelInitError, PretrainedModelError, ValueError):
+            policy = ModelPolicy.from_pretrained(args.model, adapter=args.adapter, dtype=resolve_dtype(args.dtype),
+                                                 candidates=candidates, select=select,
+                                                 temperature=args.temperature, seed=args.seed,
+                                                 max_new_tokens=args.max_new_tokens)
+        if args.naive_rag:
+            from agent_gym.trainers.model_naive_rag import ModelNaiveRAGPolicy
+
+            policy, label = ModelNaiveRAGPolicy(policy), f"{label} naive-rag"
+        runs = [(label, policy)]
+    task_count = len(getattr(env.unwrapped, "tasks", ()))
+    if 0 < task_count < args.episodes:
+        print(f"{args.env_id} has {task_count} tasks: running {task_count} episodes, not {args.episodes}",
+              file=sys.stderr)
+    from agent_gym.eval_output import eval_output_path, short_settings
+
+    settings = short_settings(env_kwargs)  # the full settings are in the file's name and records
+    rows = []
+    try:
+        for label, policy in runs:
+            out = Path(args.out) if args.out else eval_output_path(args.env_id, label, _eval_identity(args))
+            if args.out and len(runs) > 1:
+                out = out.with_name(f"{out.stem}-{_file_safe(label)}{out.suffix}")
+            with user_errors(PolicyError):
+                records = evaluate(env, policy, args.episodes, seed=args.seed, out_path=out,
+                                   progress=not args.no_progress, description=f"{args.env_id} / {label}")
+            rows.append((f"{label} {settings}".strip(), summarize(records)))
+            unfollowed = getattr(policy, "unfollowed", None)
+            if unfollowed:  # the oracle's EM is below 1 by these: say why where the number shows
+                print(f"{label}: {len(unfollowed)} of {len(records)} gold decompositions could not be followed "
+                      f"(a hop's answer was not in what its search returned; task {unfollowed[0]!r} first), so "
+                      "it answered 'unknown' there", file=sys.stderr)
+            print(f"{label}: per-episode records in {out}", file=sys.stderr)
+    finally:
+        env.close()
+    print(format_table(rows))
+    return 0
