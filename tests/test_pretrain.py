@@ -205,7 +205,7 @@ def test_a_head_set_to_offset_two_attends_two_tokens_back(tokenizer) -> None:
 def test_pretrain_flags_read_the_offsets_as_integers() -> None:
     import argparse
 
-    from agent_gym.trainers.config import add_dataclass_arguments, config_from_namespace
+    from agent_gym.cli.config_flags import add_dataclass_arguments, config_from_namespace
 
     parser = argparse.ArgumentParser()
     add_dataclass_arguments(parser, PretrainConfig)

@@ -13,15 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agent_gym.cli.index import add_index_build_arguments, run_index_build
 from agent_gym.retrieval_index.base import Retriever
 from agent_gym.retrieval_index.bm25 import DEFAULT_BM25_BACKEND
-from agent_gym.retrieval_index.build import (
-    add_index_build_arguments,
-    build_index,
-    make_retriever,
-    open_index,
-    run_index_build,
-)
+from agent_gym.retrieval_index.build import build_index, make_retriever, open_index
 from agent_gym.retrieval_index.corpus import Document, corpus_checksum, write_corpus
 from agent_gym.retrieval_index.manifest import IndexMismatchError, IndexNotFoundError, Manifest
 

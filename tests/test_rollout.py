@@ -351,8 +351,8 @@ def test_sft_command_warm_starts_a_model_on_scripted_episodes(tmp_path, capsys):
     import argparse
     import json
 
+    from agent_gym.cli.train import add_sft_arguments, run_sft
     from agent_gym.models.model_init import init_model
-    from agent_gym.warmstart.sft import add_sft_arguments, run_sft
 
     rng = random.Random(0)
     words = [

@@ -613,7 +613,7 @@ def test_training_raises_reward_when_length_is_penalised(tiny_model_dir, tmp_pat
 def test_train_command_runs_from_flags_on_a_registered_env(tiny_model_dir, tmp_path):
     import argparse
 
-    from agent_gym.trainers.trainer import add_train_arguments, run_train
+    from agent_gym.cli.train import add_train_arguments, run_train
 
     gym.register("TestCodeLookup-v0", entry_point=CodeLookupEnv)
     parser = argparse.ArgumentParser()
@@ -647,7 +647,7 @@ def test_train_command_runs_from_flags_on_a_registered_env(tiny_model_dir, tmp_p
 def test_train_command_without_a_model_exits_with_a_clear_message(tmp_path, capsys):
     import argparse
 
-    from agent_gym.trainers.trainer import add_train_arguments, run_train
+    from agent_gym.cli.train import add_train_arguments, run_train
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)

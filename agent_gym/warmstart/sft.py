@@ -8,13 +8,11 @@ token layout it was fine-tuned on.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import random
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from agent_gym.models.chat_template import encode_plain_text, render_delta, render_prompt
-from agent_gym.models.model_init import ModelInitError, load_model_and_tokenizer
+from agent_gym.trainers.lr_schedule import lr_lambda
 
 
 @dataclass
@@ -37,27 +35,37 @@ SFT_DRILL_WORLD = {"num_pages": 300, "split": "all", "num_questions": 40}
 
 @dataclass
 class SFTConfig:
-    """Supervised warm-start settings (defaults sized for the `tiny` preset on CPU)."""
+    """Supervised warm-start settings (defaults sized for the `tiny` preset on CPU); `agent-gym sft`'s flags."""
 
-    epochs: int = 3
-    lr: float = 1e-3  # from-scratch tiny models need a large LR; use ~1e-5 for pretrained checkpoints
-    batch_size: int = 16
-    max_length: int = 2048  # longer examples are truncated on the right
-    weight_decay: float = 0.0
-    warmup_steps: int = 10
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    # Pointer drills mixed into every step (copy_drills.py), this many tokens a step; 0 turns them off.
+    epochs: int = field(default=3, metadata={"help": "passes over the episodes"})
+    lr: float = field(default=1e-3, metadata={
+        "help": "AdamW learning rate (from-scratch tiny models need a large one; ~1e-5 suits pretrained models)"})
+    batch_size: int = field(default=16, metadata={"help": "episodes per step"})
+    max_length: int = field(default=2048, metadata={
+        "help": "tokens kept of each episode (longer ones are cut on the right)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    warmup_steps: int = field(default=10, metadata={"help": "steps of linear learning-rate warm-up"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
+    seed: int = field(default=0, metadata={"help": "seeds the policy, the shuffling and the drills"})
     # SFT on one fixed world alone erodes the copy skill (measured: turn-1 exact copy 0.15 -> 0.05 in 100 steps).
-    drill_tokens: int = 0
-    drill_weight: float = 1.0  # loss = SFT loss + drill_weight * drill loss
-    save_every: int = 0  # steps between checkpoints in output_dir/checkpoints (0: none)
-    keep_checkpoints: int = 2
-    # bfloat16 (auto: where the CPU or GPU runs it fast): with LoRA the frozen base is stored in bf16 and the
-    # adapters train in fp32; a full fine-tune keeps fp32 master weights and runs forward/backward under autocast.
-    dtype: str = "auto"
-    lora_rank: int = 0  # 0: full fine-tune
-    lora_alpha: int = 32
+    drill_tokens: int = field(default=0, metadata={
+        "help": "tokens of drills mixed into every step (0: none): the same policy's episodes on fresh worlds, "
+                "cut short; they keep the copy skill that SFT on one fixed world erodes (see `agent-gym model "
+                "pretrain`)"})
+    drill_weight: float = field(default=1.0, metadata={
+        "help": "loss weight of the drills (loss = SFT loss + drill_weight * drill loss)"})
+    save_every: int = field(default=0, metadata={
+        "help": "steps between checkpoints in OUT/checkpoints (0: none); a rerun resumes from the latest"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "checkpoints kept on disk"})
+    dtype: str = field(default="auto", metadata={
+        "choices": ("auto", "float32", "bfloat16"),
+        "help": "auto: bfloat16 where the GPU supports it or the CPU (avx512_bf16/AMX) measured it faster than "
+                "float32 at this thread count, else float32; with LoRA the frozen base is bf16, a full fine-tune "
+                "runs under autocast with fp32 weights"})
+    lora_rank: int = field(default=0, metadata={
+        "help": "train LoRA adapters of this rank on every linear layer and save only them (0: full fine-tune); "
+                "`agent-gym train --adapter OUT` continues them"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (scale alpha/rank)"})
 
 
 def tokenize_episode(
@@ -97,10 +105,6 @@ def _epoch_order(size: int, seed: int, epoch: int) -> list[int]:
     order = list(range(size))
     random.Random(f"{seed}:{epoch}").shuffle(order)
     return order
-
-
-def _lr_factor(step: int, config: SFTConfig, steps: int) -> float:
-    return min(1.0, (step + 1) / max(1, config.warmup_steps)) * 0.5 * (1 + math.cos(math.pi * min(step, steps) / steps))
 
 
 # Settings that decide a run's batches and updates: a checkpoint is continued only by a run with the same.
@@ -170,7 +174,8 @@ def train_sft(
     autocast = _autocast(model, config)
     steps_per_epoch = math.ceil(len(rows) / config.batch_size)
     steps = config.epochs * steps_per_epoch
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config, steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup_steps=config.warmup_steps,
+                                                                      total_steps=steps))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     step = 0
     run = _run_identity(config, len(rows))
@@ -246,136 +251,8 @@ def sft_load_dtype(config: SFTConfig) -> torch.dtype:
     return resolve_dtype(config.dtype) if config.lora_rank else torch.float32
 
 
-def add_sft_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `agent-gym sft`."""
-    from agent_gym.cli_args import DefaultsHelpFormatter, add_env_kwargs_arguments
-    from agent_gym.models.threads import DEFAULT_TORCH_THREADS
-
-    parser.formatter_class = DefaultsHelpFormatter  # --help shows every default
-    parser.add_argument("--env", required=True, help="Gymnasium id of the env (e.g. AgentR1-SynthHop-v0)")
-    add_env_kwargs_arguments(parser)
-    parser.add_argument("--policy", default="naive-rag", help="scripted policy name (agent_gym.policies)")
-    parser.add_argument("--model", required=True, help="model directory to start from (agent-gym model init)")
-    parser.add_argument("--out", required=True, help="where to save the fine-tuned model")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="start a new run in OUT even if it holds one, deleting the old run's model, checkpoints "
-                             "and summary first (without it, a non-empty OUT with no checkpoint to continue is "
-                             "refused)")
-    parser.add_argument("--episodes", type=int, default=256, help="scripted episodes to imitate")
-    parser.add_argument("--task-offset", type=int, default=0, help="first task index to play")
-    parser.add_argument(
-        "--min-reward", type=float, default=None, help="keep only episodes with reward >= this"
-    )
-    parser.add_argument("--epochs", type=int, default=SFTConfig.epochs, help="passes over the episodes")
-    parser.add_argument("--lr", type=float, default=SFTConfig.lr, help="AdamW learning rate")
-    parser.add_argument("--batch-size", type=int, default=SFTConfig.batch_size, help="episodes per step")
-    parser.add_argument("--max-length", type=int, default=SFTConfig.max_length,
-                        help="tokens kept of each episode")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the policy, the shuffling and the drills")
-    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default=SFTConfig.dtype,
-                        help="auto: bfloat16 where the GPU supports it or the CPU (avx512_bf16/AMX) measured it "
-                             "faster than float32 at this thread count, else float32; with LoRA the frozen base is "
-                             "bf16, a full fine-tune runs under autocast with fp32 weights")
-    parser.add_argument("--lora-rank", type=int, default=SFTConfig.lora_rank,
-                        help="train LoRA adapters of this rank on every linear layer and save only them (0: full "
-                             "fine-tune); `agent-gym train --adapter OUT` continues them")
-    parser.add_argument("--lora-alpha", type=int, default=SFTConfig.lora_alpha, help="LoRA alpha (scale alpha/rank)")
-    parser.add_argument("--policy-kwarg", action="append", metavar="KEY=VALUE", default=[],
-                        help="option of the scripted policy (repeatable), e.g. --policy-kwarg p_multihop=0.4")
-    parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS,
-                        help="torch.set_num_threads; 0: torch's own, one per core (agent_gym/models/threads.py "
-                             "has the measurements behind the default)")
-    parser.add_argument("--save-every", type=int, default=0,
-                        help="steps between checkpoints in OUT/checkpoints; a rerun resumes from the latest")
-    parser.add_argument("--drill-tokens", type=int, default=0,
-                        help="tokens of drills mixed into every step (0: none): the same policy's episodes on "
-                             "fresh worlds, cut short; they keep the copy skill that SFT on one fixed world erodes "
-                             "(see `agent-gym model pretrain`)")
-    parser.add_argument("--drill-weight", type=float, default=SFTConfig.drill_weight,
-                        help="loss weight of the drills")
-    parser.add_argument("--drill-env-kwargs", default=None, metavar="JSON",
-                        help=f"overrides of the env kwargs for drill envs (none: {SFT_DRILL_WORLD})")
-    parser.add_argument("--drill-fresh-kwarg", default="world_seed",
-                        help="env kwarg given a new value for every step's drills (never-seen names)")
-    parser.add_argument("--drill-fresh-start", type=int, default=2_000_000, help="first value of it")
-
-
 # What a run writes in --out (the files of save_pretrained, LoRA's included): --overwrite deletes them, so an
 # old run's weights or adapter never sit beside the new run's.
-_RUN_FILES = ("checkpoints", "sft_summary.json", "config.json", "generation_config.json", "*.safetensors",
+RUN_FILES = ("checkpoints", "sft_summary.json", "config.json", "generation_config.json", "*.safetensors",
               "*.safetensors.index.json", "pytorch_model*.bin", "adapter_config.json", "tokenizer*",
               "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja")
-
-
-def run_sft(ns: argparse.Namespace) -> int:
-    """Entry point of `agent-gym sft`; returns an exit code."""
-    from agent_gym.cli_args import UsageError, env_kwargs_from_args, make_env, user_errors
-    from agent_gym.evaluation import iter_episodes
-    from agent_gym.policies import PolicyError, make_policy
-    from agent_gym.trainers.checkpoint import CheckpointError, latest_checkpoint
-    from agent_gym.trainers.run_dir import RunDirectoryError, check_run_dir, clear_run_dir
-
-    env_kwargs = env_kwargs_from_args(ns)
-    if ns.episodes < 1:
-        raise UsageError(f"--episodes must be at least 1, got {ns.episodes}")
-    out = Path(ns.out)
-    resume_from = None if ns.overwrite else latest_checkpoint(out)  # --overwrite: a new run, whatever is there
-    with user_errors(RunDirectoryError):  # before the episodes are played: fail in seconds, not minutes
-        check_run_dir(out, continuing=resume_from is not None, overwrite=ns.overwrite, fresh_flag="--out")
-    from agent_gym.cli_args import parse_env_kwarg_pairs, parse_json_object
-
-    if ns.torch_threads > 0:
-        torch.set_num_threads(ns.torch_threads)
-    policy_options = parse_env_kwarg_pairs(ns.policy_kwarg)
-    with user_errors(ValueError):
-        policy = make_policy(ns.policy, seed=ns.seed, **policy_options)
-    env = make_env(ns.env, env_kwargs)  # registers the env ids; no concrete env import
-    try:
-        with user_errors(PolicyError):
-            episodes = list(iter_episodes(env, policy, ns.episodes, seed=ns.seed, task_offset=ns.task_offset,
-                                          keep_messages=True, description="scripted episodes"))
-    finally:
-        env.close()
-    if ns.min_reward is not None:
-        episodes = [episode for episode in episodes if episode.reward >= ns.min_reward]
-    config = SFTConfig(
-        epochs=ns.epochs, lr=ns.lr, batch_size=ns.batch_size, max_length=ns.max_length, seed=ns.seed,
-        drill_tokens=ns.drill_tokens, drill_weight=ns.drill_weight, save_every=ns.save_every,
-        dtype=ns.dtype, lora_rank=ns.lora_rank, lora_alpha=ns.lora_alpha,
-    )
-    from agent_gym.models.pretrained import PretrainedModelError
-
-    with user_errors(ModelInitError, PretrainedModelError):
-        model, tokenizer = load_model_and_tokenizer(ns.model, dtype=sft_load_dtype(config))
-    model = prepare_sft_model(model, config)
-    examples = [tokenize_episode(tokenizer, episode.messages) for episode in episodes]
-    drills = None
-    if ns.drill_tokens > 0:
-        from agent_gym.warmstart.copy_drills import DrillSource
-
-        overrides = parse_json_object(ns.drill_env_kwargs, "--drill-env-kwargs")
-        # The env's own questions, in small worlds made fresh every step (cheap to build).
-        drill_kwargs = {**env_kwargs, **SFT_DRILL_WORLD, **overrides}
-        # The drills are the teacher's own episodes on fresh worlds: the same behaviour, never-seen names.
-        drills = DrillSource(tokenizer, ns.env, drill_kwargs, ns.drill_fresh_kwarg, ns.drill_fresh_start,
-                             policy=ns.policy, seed=ns.seed, policy_options=policy_options)
-    if resume_from is None:
-        clear_run_dir(out, _RUN_FILES)  # only now: --model may be this very directory
-    with user_errors(CheckpointError):
-        losses = train_sft(model, tokenizer, examples, config, output_dir=out, drills=drills)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    mean_reward = sum(e.reward for e in episodes) / max(1, len(episodes))
-    summary = {
-        "episodes": len(episodes),
-        "policy_mean_reward": mean_reward,
-        "steps": len(losses),
-        "first_loss": losses[0],
-        "final_loss": losses[-1],
-    }
-    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2))
-    print(
-        f"sft: {len(episodes)} episodes of {ns.policy} (mean reward {mean_reward:.3f}), "
-        f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; saved to {out}"
-    )
-    return 0
