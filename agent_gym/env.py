@@ -193,7 +193,7 @@ class ToolEnv(gym.Env[str, str]):
         self._check_details: dict[str, Any] | None = None
         self._done = False
         self._last_observation = question
-        info = self._base_info(context_rewritten=False)
+        info = self._base_info(context_rewritten=False, new_messages=self._messages)
         info["tool_calls"] = []
         info["reward_components"] = {"format": 0.0, "format_penalty": 0.0, "process": 0.0, "outcome": 0.0}
         info["tools"] = copy.deepcopy(self.tool_schemas)
@@ -244,7 +244,7 @@ class ToolEnv(gym.Env[str, str]):
         if self._done:
             raise ResetNeeded("the episode is over (or was never started): call reset() before truncate()")
         components: dict[str, float] = {"format_penalty": 0.0, "process": 0.0, "outcome": 0.0}
-        info = self._base_info(context_rewritten=False)
+        info = self._base_info(context_rewritten=False, new_messages=[])
         self._end_episode(None, components, info)
         info["reward_components"] = components
         return components["outcome"], info
@@ -315,7 +315,7 @@ class ToolEnv(gym.Env[str, str]):
 
         context_rewritten = self._apply_context_policy()
         truncated = not terminated and (self._turn >= self.max_turns or self._context_chars() > self.max_context_chars)
-        info = self._base_info(context_rewritten=context_rewritten)
+        info = self._base_info(context_rewritten=context_rewritten, new_messages=appended)
         info["tool_calls"] = call_records
         info["format_errors"] = problems
         if parsed.answer is not None and pending.problems == [] and parsed.tool_calls:
@@ -433,12 +433,14 @@ class ToolEnv(gym.Env[str, str]):
                 total += len(json.dumps(message["tool_calls"], ensure_ascii=False))
         return total
 
-    def _base_info(self, *, context_rewritten: bool) -> dict[str, Any]:
+    def _base_info(self, *, context_rewritten: bool, new_messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The keys of every info (agent_gym.contract); ``new_messages``: what this step appended after the turn."""
         assert self.task is not None
-        # A new list, so a caller that edits it cannot change the env's context. The message dicts are shared
+        # New lists, so a caller that edits them cannot change the env's context. The message dicts are shared
         # (the env never edits one once it is in the context): a deep copy per step is quadratic per episode.
         info: dict[str, Any] = {
             "messages": list(self._messages),
+            "new_messages": list(new_messages),
             "task_id": self.task.id,
             "turn": self._turn,
             "context_rewritten": context_rewritten,

@@ -1,9 +1,11 @@
 """The envs a rollout plays on, driven by index in batches: the interface between the collector and its envs.
 
-`RolloutCollector` asks an `EnvBatch` to reset, step and truncate many envs at once, by index. Two kinds
+`RolloutCollector` asks an `EnvBatch` to reset, step and truncate many envs at once, by index. Three kinds
 implement it: `LocalEnvBatch` (the envs of this process; its `ToolEnv`s step together through
-`agent_gym.env.step_turns`, one search for all their calls) and `agent_gym.distributed.RayEnvPool` (shards of
-envs in Ray actors, one call per actor per batch, each actor holding a `LocalEnvBatch`).
+`agent_gym.env.step_turns`, one search for all their calls), `agent_gym.vector.ToolVectorEnv` (the native vector
+env, a `LocalEnvBatch` of its sub-envs) and `agent_gym.distributed.RayEnvPool` (shards of envs in Ray actors, one
+call per actor per batch, each actor holding a `LocalEnvBatch`). `as_env_batch` takes any of them, a list of
+envs, or a Gymnasium vector env that exposes its sub-envs.
 
 A batch answers each index with its result, or with `EnvLost` when the env's worker died or timed out: the
 collector drops that episode and counts it, and the next reset of the index starts on a fresh env.
@@ -18,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import gymnasium as gym
 
 from agent_gym.env import ToolEnv, step_turns
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidType, InvalidValue
 
 ResetResult = tuple[Any, dict[str, Any]]
 StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
@@ -124,3 +126,21 @@ class LocalEnvBatch:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def as_env_batch(envs: Any) -> EnvBatch:
+    """``envs`` as an `EnvBatch`: an `EnvBatch` itself (`ToolVectorEnv`, `RayEnvPool`, `LocalEnvBatch`), a list of
+    envs, or a Gymnasium vector env that exposes its sub-envs (``SyncVectorEnv``: its autoreset step cannot address
+    one env, so its sub-envs are batched by index)."""
+    if isinstance(envs, EnvBatch):
+        return envs
+    if isinstance(envs, gym.vector.VectorEnv) or hasattr(envs, "num_envs"):
+        sub_envs = getattr(envs, "envs", None)
+        if sub_envs is None:
+            raise InvalidType(f"{type(envs).__name__} does not expose its sub-envs (.envs); pass a list of envs, "
+                              "a SyncVectorEnv or an agent_gym ToolVectorEnv")
+        return LocalEnvBatch(sub_envs)
+    envs = list(envs)
+    if not envs:
+        raise InvalidValue("an env batch needs at least one env")
+    return LocalEnvBatch(envs)

@@ -1,4 +1,4 @@
-"""Run a policy for N episodes and summarise EM / F1 / turns / tool-call validity (``agent-gym eval``).
+"""Run a policy for N episodes and summarise them (``agent-gym eval``; the metrics are episode_summary.py's).
 
 The loop needs only the Gymnasium contract of the README (``reset``/``step`` and the info keys), so it runs on any
 conforming env, ``RemoteEnv`` included. A policy's ``begin(env, observation, info)`` receives ``env.unwrapped``:
@@ -20,28 +20,17 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
+from agent_gym.episode_summary import METRIC_NAMES, EpisodeSummary, summarize_episodes
 from agent_gym.policies import Policy
 
 __all__ = ["EpisodeRecord", "run_episode", "iter_episodes", "evaluate", "summarize", "format_table"]
 
 
 @dataclass
-class EpisodeRecord:
-    """One evaluated episode."""
+class EpisodeRecord(EpisodeSummary):
+    """One evaluated episode: its :class:`~agent_gym.episode_summary.EpisodeSummary`, and what eval adds."""
 
-    task_id: str
-    question: str
-    answer: str | None
-    gold_answers: list[str]
-    reward: float
-    em: float
-    f1: float
-    turns: int
-    tool_calls: int
-    valid_tool_calls: int
-    format_errors: int
-    evidence_recall: float | None
-    terminated: bool
+    question: str = ""
     seconds: float = 0.0  # wall time of the episode, the policy's included
     generated_tokens: int | None = None  # tokens a model policy sampled (its discarded candidates too)
     # The final context and the tool schemas, kept on request (SFT data and drills are made from them).
@@ -66,31 +55,22 @@ def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None,
     """
     started, tokens_before = time.perf_counter(), getattr(policy, "generated_tokens", None)
     question, info = env.reset(seed=seed, options=options)
+    record = EpisodeRecord.from_reset(info)
+    record.question = question
     tools = list(info.get("tools") or [])
     begin = getattr(policy, "begin", None)
     if callable(begin):
         begin(env.unwrapped, question, info)
     observation = question
-    total_reward, calls, valid_calls, format_errors, turns = 0.0, 0, 0, 0, 0
     terminated = truncated = False
     while not (terminated or truncated):
         observation, reward, terminated, truncated, info = env.step(policy.act(observation, info))
-        total_reward += reward
-        turns += 1
-        tool_calls = info.get("tool_calls") or []
-        calls += len(tool_calls)
-        valid_calls += sum(1 for call in tool_calls if call.get("ok") and call.get("error") is None)
-        format_errors += int(bool(info.get("format_errors")))
-    components = info.get("reward_components") or {}
-    return EpisodeRecord(
-        task_id=str(info.get("task_id", "")), question=question, answer=info.get("answer"),
-        gold_answers=list(info.get("gold_answers") or []), reward=total_reward,
-        em=float(components.get("em", 0.0)), f1=float(components.get("f1", 0.0)), turns=int(info.get("turn", turns)),
-        tool_calls=calls, valid_tool_calls=valid_calls, format_errors=format_errors,
-        evidence_recall=info.get("evidence_recall"), terminated=terminated, seconds=time.perf_counter() - started,
-        generated_tokens=None if tokens_before is None else policy.generated_tokens - tokens_before,
-        messages=list(info["messages"]) if keep_messages else None, tools=tools if keep_messages else None,
-    )
+        record.add_step(reward, terminated, truncated, info)
+    record.seconds = time.perf_counter() - started
+    record.generated_tokens = None if tokens_before is None else policy.generated_tokens - tokens_before
+    if keep_messages:
+        record.messages, record.tools = list(info["messages"]), tools
+    return record
 
 
 def iter_episodes(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0, task_offset: int = 0,
@@ -136,23 +116,11 @@ def evaluate(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0, out_
 
 
 def summarize(records: Sequence[EpisodeRecord]) -> dict[str, float]:
-    """Means over episodes; tool-call validity is valid calls over all calls."""
+    """:func:`~agent_gym.episode_summary.summarize_episodes` of the records, plus mean ``seconds`` and
+    ``generated_tokens`` (model policies)."""
+    summary = summarize_episodes(records)
     if not records:
-        return {"episodes": 0}
-    calls = sum(r.tool_calls for r in records)
-    recalls = [r.evidence_recall for r in records if r.evidence_recall is not None]
-    summary = {
-        "episodes": len(records),
-        "em": float(np.mean([r.em for r in records])),
-        "f1": float(np.mean([r.f1 for r in records])),
-        "reward": float(np.mean([r.reward for r in records])),
-        "turns": float(np.mean([r.turns for r in records])),
-        "tool_calls": float(np.mean([r.tool_calls for r in records])),
-        "call_validity": sum(r.valid_tool_calls for r in records) / calls if calls else float("nan"),
-        "answered": float(np.mean([r.terminated for r in records])),
-    }
-    if recalls:
-        summary["evidence_recall"] = float(np.mean(recalls))
+        return summary
     summary["seconds"] = float(np.mean([r.seconds for r in records]))
     tokens = [r.generated_tokens for r in records if r.generated_tokens is not None]
     if tokens:
@@ -162,8 +130,7 @@ def summarize(records: Sequence[EpisodeRecord]) -> dict[str, float]:
 
 def format_table(rows: Sequence[tuple[str, dict[str, float]]]) -> str:
     """A Markdown table with one row per (label, summary)."""
-    columns = ["episodes", "em", "f1", "reward", "turns", "tool_calls", "call_validity", "answered",
-               "evidence_recall", "generated_tokens", "seconds"]
+    columns = ["episodes", *METRIC_NAMES, "generated_tokens", "seconds"]
     columns = [c for c in columns if any(c in summary for _, summary in rows)]
     lines = ["| run | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for label, summary in rows:

@@ -9,7 +9,7 @@ ignores its action.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from agent_gym.env import ToolEnv, step_turns
+from agent_gym.env_batch import EnvLost, LocalEnvBatch, ResetResult, StepResult, TruncateResult
 from agent_gym.error import InvalidType, InvalidValue
 
 __all__ = ["ToolVectorEnv"]
@@ -26,7 +27,10 @@ class ToolVectorEnv(VectorEnv):
     """N :class:`ToolEnv` instances stepped together, with tool calls batched across them.
 
     Observations are tuples of ``str``; infos follow Gymnasium's vector convention (a dict of arrays with
-    ``_key`` masks).
+    ``_key`` masks), each env's keys those of its own info (``new_messages`` included).
+
+    It is also an `agent_gym.env_batch.EnvBatch`: ``reset_batch``/``step_batch``/``truncate_batch`` address its
+    envs by index with no autoreset, so the rollout collector drives it as it is.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
@@ -45,6 +49,7 @@ class ToolVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)
+        self._batch = LocalEnvBatch(self.envs)
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
@@ -105,6 +110,30 @@ class ToolVectorEnv(VectorEnv):
                 for index in range(self.num_envs):
                     per_env[index][key] = value
         return list(per_env)
+
+    # ------------------------------------------------------------------------------------------ EnvBatch
+
+    def reset_batch(self, indices: Sequence[int], kwargs: Sequence[Mapping[str, Any]]) -> list[ResetResult | EnvLost]:
+        """``reset(**kwargs[i])`` of each env named in ``indices`` (the env then steps without autoreset)."""
+        results = self._batch.reset_batch(indices, kwargs)
+        self._needs_reset[list(indices)] = False
+        return results
+
+    def step_batch(self, indices: Sequence[int], actions: Sequence[str]) -> list[StepResult | EnvLost]:
+        """One turn of each env named in ``indices``, their tool calls batched (`step_turns`)."""
+        results = self._batch.step_batch(indices, actions)
+        for index, (_, _, terminated, truncated, _) in zip(indices, results, strict=True):
+            self._needs_reset[index] = terminated or truncated
+        return results
+
+    def truncate_batch(self, indices: Sequence[int]) -> list[TruncateResult | None | EnvLost]:
+        """Each env's ``truncate()``: the episode ends, paid what the env's own limit pays."""
+        results = self._batch.truncate_batch(indices)
+        self._needs_reset[list(indices)] = True
+        return results
+
+    def env_name(self, index: int) -> str:
+        return self._batch.env_name(index)
 
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:

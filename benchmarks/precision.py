@@ -1,7 +1,7 @@
 """Precision on CPU: SmolLM2-135M training speed and learning in fp32, bf16 autocast, pure bf16 and LoRA over bf16.
 
 Four ways to train the same model on the same SFT rows (oracle episodes of AgentR1-SynthHop-v0, hops=1,
-top_k=3, tokenized by `agent_gym.warmstart.sft.tokenize_episode`, loss `weighted_lm_loss` on assistant tokens):
+top_k=3, tokenized by `agent_gym.trainers.token_episode.tokenize_episode`, loss `weighted_lm_loss` on assistant tokens):
 
 - `fp32`:       fp32 weights, fp32 compute (the reference every ratio is against);
 - `autocast`:   fp32 master weights, forward and backward under `torch.autocast(bfloat16)` (what `agent-gym sft`
@@ -50,8 +50,8 @@ import torch
 from agent_gym.evaluation import iter_episodes
 from agent_gym.models.model_init import load_model_and_tokenizer
 from agent_gym.models.precision import cpu_has_fast_bf16
+from agent_gym.trainers.token_episode import tokenize_episode
 from agent_gym.warmstart.lm_loss import WeightedRow, weighted_lm_loss
-from agent_gym.warmstart.sft import tokenize_episode
 
 VARIANTS = ("fp32", "autocast", "bf16", "lora-bf16")
 

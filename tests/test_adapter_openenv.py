@@ -125,7 +125,8 @@ def test_sft_learns_from_episodes_played_on_a_remote_env(url):
     # teachers read env.unwrapped.task and say so on a RemoteEnv: test_eval_any_env.py.)
     from agent_gym.evaluation import iter_episodes
     from agent_gym.models.model_init import build_model, train_tokenizer
-    from agent_gym.warmstart.sft import SFTConfig, tokenize_episode, train_sft
+    from agent_gym.trainers.token_episode import tokenize_episode
+    from agent_gym.warmstart.sft import SFTConfig, train_sft
 
     class AnswersAName:
         def act(self, observation: str, info: dict) -> str:

@@ -1,4 +1,5 @@
-"""Gymnasium's own env checker passes, with no warning, on every id agent-gym registers (new ids included)."""
+"""Gymnasium's own env checker and agent-gym's contract checker pass, with no warning, on every id agent-gym
+registers (new ids included)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from conftest import SMALL_SYNTHHOP
 from gymnasium.utils.env_checker import check_env
 
 import agent_gym
+from agent_gym.contract import check_tool_env_contract
 from agent_gym.envs.datasets.download import DatasetNotAvailable
 from agent_gym.formats import ToolCall
 
@@ -54,6 +56,15 @@ def test_check_env_passes_without_warnings(env_id: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_env(env.unwrapped)
+    env.close()
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_the_env_contract_checker_passes(env_id: str) -> None:
+    env = make_for_test(env_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_tool_env_contract(env)
     env.close()
 
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from agent_gym.trainers.token_episode import SFTExample
 from agent_gym.warmstart.copy_skill import turn_exactness
-from agent_gym.warmstart.sft import SFTExample
 
 
 class ScriptedLM(torch.nn.Module):

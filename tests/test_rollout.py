@@ -19,8 +19,9 @@ from agent_gym.models.model_init import build_model, train_tokenizer
 from agent_gym.spaces import UnicodeText
 from agent_gym.trainers.backends import Generation, GenerationBackend, TransformersBackend
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig, RolloutError, evaluate
+from agent_gym.trainers.token_episode import tokenize_episode
 from agent_gym.trainers.trajectory import collate
-from agent_gym.warmstart.sft import SFTConfig, tokenize_episode, train_sft
+from agent_gym.warmstart.sft import SFTConfig, train_sft
 
 
 class EchoToolEnv(gym.Env):

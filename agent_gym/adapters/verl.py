@@ -2,7 +2,8 @@
 
 verl's ``AgentLoopWorker`` runs one ``AgentLoop.run(sampling_params, **row)`` coroutine per sample of a batch,
 each asking verl's server manager (vLLM or SGLang behind ``LLMServerClient``) for tokens. ``AgentGymAgentLoop``
-plays one episode of the row's env in it, token in / token out, as our own `RolloutCollector` does:
+plays one episode of the row's env in it, token in / token out, laid out by the `TokenEpisode` that our own
+`RolloutCollector` uses (agent_gym/trainers/token_episode.py):
 
 1. it makes the env (``gymnasium.make(row["extra_info"]["env_id"], **env_kwargs)``) and resets it on the row's
    task; the prompt is the env's own ``info["messages"]``, rendered with the chat template;
@@ -35,8 +36,9 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from agent_gym.models.chat_template import render_delta, render_prompt, turn_stop_token_ids
-from agent_gym.trainers.rollout import _messages_after_last_assistant
+from agent_gym.contract import MESSAGES, REWARD_COMPONENTS, STOP_STRINGS, TASK_ID, TOOLS
+from agent_gym.models.chat_template import turn_stop_token_ids
+from agent_gym.trainers.token_episode import TokenEpisode
 
 __all__ = ["AGENT_NAME", "AgentGymAgentLoop"]
 
@@ -93,80 +95,62 @@ class AgentGymAgentLoop(AgentLoopBase):
         loop = asyncio.get_running_loop()
         _, info = await loop.run_in_executor(
             None, lambda: env.reset(seed=None if seed is None else int(seed), options=reset_options))
-        tools = list(info.get("tools") or []) if self.render_tools else None
-        prompt_ids = render_prompt(self.tokenizer, info["messages"], tools)
-        stops = sorted(set(info.get("stop_strings") or []))
-        response_ids: list[int] = []
-        response_mask: list[int] = []
-        response_logprobs: list[float] = []
-        turn_scores: list[float] = []
+        # One sequence per episode: verl's output has one response, so a context rewrite appends its reply too.
+        episode = TokenEpisode(self.tokenizer, info[MESSAGES], tools=list(info.get(TOOLS) or []) if self.render_tools
+                               else None, stop_token_ids=self.stop_token_ids, max_response_tokens=self.response_length,
+                               new_sample_on_rewrite=False)
+        stops = sorted(set(info.get(STOP_STRINGS) or []))
         metrics: dict[str, float] = {"generate_sequences": 0.0, "tool_calls": 0.0}
         request_id = uuid4().hex  # one per episode: the server keeps its prefix cache across turns
-        last_info: dict[str, Any] = info
-        turns, cut = 0, False
-        while True:
-            budget = self.response_length - len(response_ids)
-            if budget <= 0:
-                cut = True
+        sample, last_info = episode.sample, info
+        while episode.cut_reason is None:
+            room = episode.room
+            if not room:
+                episode.cut("context")
                 break
-            params = {**sampling_params, "max_tokens": min(max_tokens_per_turn, budget),
+            params = {**sampling_params, "max_tokens": min(max_tokens_per_turn, room),
                       "stop_token_ids": self.stop_token_ids, "stop": stops, "include_stop_str_in_output": True}
             started = loop.time()
-            output = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt_ids + response_ids,
-                                                        sampling_params=params)
+            output = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=sample.prompt_ids + sample.response_ids, sampling_params=params)
             metrics["generate_sequences"] += loop.time() - started
-            token_ids = list(output.token_ids)[:budget]
-            if not token_ids:
-                cut = True
+            token_ids = list(output.token_ids)
+            kept = episode.add_model_turn(token_ids, list(output.log_probs or [0.0] * len(token_ids)))
+            if kept is None:
                 break
-            logprobs = list(output.log_probs or [0.0] * len(token_ids))[: len(token_ids)]
-            response_ids += token_ids
-            response_mask += [1] * len(token_ids)
-            response_logprobs += logprobs
-            turns += 1
-            action = self.tokenizer.decode(token_ids, skip_special_tokens=True)  # for the env only
+            action = self.tokenizer.decode(kept, skip_special_tokens=True)  # for the env only
             started = loop.time()
-            _, reward, terminated, truncated, step_info = await loop.run_in_executor(None, env.step, action)
+            _, reward, terminated, truncated, last_info = await loop.run_in_executor(None, env.step, action)
             metrics["tool_calls"] += loop.time() - started
-            turn_scores.append(float(reward))
-            last_info = step_info
+            episode.pay(reward)
             if terminated or truncated:
                 break
-            if self.max_assistant_turns and turns >= self.max_assistant_turns:
-                cut = True
+            if self.max_assistant_turns and episode.turns >= self.max_assistant_turns:
+                episode.cut("max_turns")
                 break
-            last = token_ids[-1]
-            ended_with = self.tokenizer.decode([last]) if last in self.stop_token_ids else None
-            delta = render_delta(self.tokenizer, _messages_after_last_assistant(step_info["messages"]), ended_with)
-            if len(response_ids) + len(delta) >= self.response_length:
-                cut = True
-                break
-            response_ids += delta
-            response_mask += [0] * len(delta)
-            response_logprobs += [0.0] * len(delta)
-        if cut and turn_scores:
+            episode.add_env_reply(last_info)
+        if episode.needs_truncation:
             truncate = getattr(env.unwrapped, "truncate", None)
             if callable(truncate):  # pay what the env pays when its own limit cuts an episode
                 reward, truncate_info = await loop.run_in_executor(None, truncate)
-                turn_scores[-1] += float(reward)
+                episode.pay(reward)
                 last_info = {**last_info, **truncate_info}
-        components = {key: float(value) for key, value in (last_info.get("reward_components") or {}).items()
+        components = {key: float(value) for key, value in (last_info.get(REWARD_COMPONENTS) or {}).items()
                       if isinstance(value, (int, float))}
         return AgentLoopOutput(
-            prompt_ids=prompt_ids,
-            response_ids=response_ids,
-            response_mask=response_mask,
-            response_logprobs=response_logprobs,
-            reward_score=sum(turn_scores),
-            num_turns=1 + 2 * turns,  # verl counts messages: the prompt, then each assistant turn and its reply
+            prompt_ids=sample.prompt_ids,
+            response_ids=sample.response_ids,
+            response_mask=sample.loss_mask,
+            response_logprobs=sample.logprobs,
+            reward_score=episode.outcome,
+            num_turns=1 + 2 * episode.turns,  # verl counts messages: the prompt, then each assistant turn and its reply
             metrics=AgentLoopMetrics(**metrics),
             extra_fields={
-                "turn_scores": turn_scores,
+                "turn_scores": list(sample.turn_rewards),
                 "tool_rewards": [],
                 "reward_components": components,
                 "reward_extra_info": components,
-                "task_id": last_info.get("task_id", reset_options.get("task_id")),
-                "truncated_by": "agent_loop" if cut else None,
+                "task_id": last_info.get(TASK_ID, reset_options.get("task_id")),
+                "truncated_by": "agent_loop" if episode.cut_reason else None,
             },
         )
-

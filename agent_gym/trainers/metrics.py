@@ -13,14 +13,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agent_gym.episode_summary import summarize_episodes
 from agent_gym.jsonl import iter_jsonl
+from agent_gym.trainers.trajectory import episode_summary
 
 # --- rollout statistics (training episodes) ---
 REWARD = "charts/reward"  # mean episode return
 EM = "charts/em"  # exact match of the final answer
 F1 = "charts/f1"
 TURNS = "charts/turns"  # model turns per episode
-TOOL_CALL_VALIDITY = "charts/tool_call_validity"  # fraction of tool calls that parsed and ran
+TOOL_CALL_VALIDITY = "charts/tool_call_validity"  # valid calls over all calls (agent_gym.episode_summary)
 RESPONSE_LENGTH = "charts/response_length"  # model tokens per episode (env tokens excluded)
 # --- losses and optimisation ---
 POLICY_LOSS = "losses/policy_loss"
@@ -54,34 +56,24 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
 
 
-def _info_value(info: Mapping[str, Any], key: str) -> float | None:
-    """A per-episode number from a trajectory's info: top level first, then the env's reward components."""
-    value = info.get(key)
-    if value is None:
-        value = (info.get("reward_components") or {}).get(key)
-    return float(value) if isinstance(value, (int, float)) else None
+#: the `summarize_episodes` metrics the trainer logs per rollout and per held-out evaluation
+LOGGED_EPISODE_METRICS = ("reward", "turns", "em", "f1", "tool_call_validity")
 
 
 def episode_metrics(trajectories: Iterable[Any], prefix: str = "charts") -> dict[str, float]:
-    """Mean reward, EM, F1, turns, tool-call validity and response length over `Trajectory` objects.
+    """`summarize_episodes` of the trajectories' episodes (reward, turns, EM, F1, tool-call validity), under
+    ``prefix/``, plus the response length of a rollout (``charts``).
 
     An episode split into several step-level samples (context rewritten) counts once, by its first sample
-    (``info["sample_index"] == 0``); response length averages over all samples. EM/F1/validity are read from
-    ``trajectory.info`` (keys ``em``, ``f1``, ``tool_call_validity``; the env's ``reward_components`` as a
-    fallback); an absent key is left out rather than logged as 0.
+    (``info["sample_index"] == 0``); response length averages over all samples. A metric no episode reports is
+    left out rather than logged as 0 (EM and F1 are NaN for no episode at all).
     """
     trajectories = list(trajectories)
-    episodes = [t for t in trajectories if t.info.get("sample_index", 0) == 0]
-    metrics: dict[str, float] = {
-        f"{prefix}/reward": _mean([t.outcome for t in episodes]),
-        f"{prefix}/turns": _mean([float(t.info.get("turns", t.num_turns)) for t in episodes]),
-    }
+    summary = summarize_episodes(episode_summary(t) for t in trajectories if t.info.get("sample_index", 0) == 0)
+    metrics = {f"{prefix}/{key}": float(summary.get(key, float("nan"))) for key in ("reward", "turns")}
     if prefix == "charts":
         metrics[RESPONSE_LENGTH] = _mean([float(sum(t.loss_mask)) for t in trajectories])
-    for key in ("em", "f1", "tool_call_validity"):
-        values = [v for t in episodes if (v := _info_value(t.info, key)) is not None]
-        if values:
-            metrics[f"{prefix}/{key}"] = _mean(values)
+    metrics.update({f"{prefix}/{key}": float(summary[key]) for key in LOGGED_EPISODE_METRICS[2:] if key in summary})
     return metrics
 
 

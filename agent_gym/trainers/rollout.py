@@ -33,10 +33,23 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from agent_gym.env_batch import EnvBatch, EnvLost, LocalEnvBatch, ResetResult, RolloutError, StepResult
-from agent_gym.models.chat_template import render_delta, render_prompt, turn_stop_token_ids
+from agent_gym.contract import (
+    ANSWER,
+    GOLD_ANSWERS,
+    MESSAGES,
+    REWARD_COMPONENTS,
+    STOP_STRINGS,
+    TASK_ID,
+    TOOL_CALLS,
+    TOOLS,
+)
+from agent_gym.env_batch import EnvBatch, EnvLost, ResetResult, RolloutError, StepResult, as_env_batch
+from agent_gym.episode_summary import EpisodeSummary, summarize_episodes
+from agent_gym.error import InvalidValue
+from agent_gym.models.chat_template import turn_stop_token_ids
 from agent_gym.trainers.backends.base import Generation, GenerationBackend, SamplingParams
-from agent_gym.trainers.trajectory import Trajectory
+from agent_gym.trainers.token_episode import TokenEpisode
+from agent_gym.trainers.trajectory import Trajectory, episode_summary
 
 __all__ = ["RolloutCollector", "RolloutConfig", "RolloutError", "evaluate"]
 
@@ -58,53 +71,21 @@ class RolloutConfig:
 
 
 @dataclass
-class _Sample:
-    prompt_ids: list[int]
-    response_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    turn_end_indices: list[int] = field(default_factory=list)
-    turn_rewards: list[float] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        return len(self.prompt_ids) + len(self.response_ids)
-
-    def append(self, token_ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
-        self.response_ids.extend(token_ids)
-        if logprobs is None:  # env tokens
-            self.loss_mask.extend([0] * len(token_ids))
-            self.logprobs.extend([0.0] * len(token_ids))
-        else:
-            self.loss_mask.extend([1] * len(token_ids))
-            self.logprobs.extend(logprobs)
-
-
-@dataclass
 class _Episode:
+    """One episode's scheduling state; its tokens live in `TokenEpisode`, its statistics in `EpisodeSummary`."""
+
     env_index: int
     group_id: str
     spec_index: int
-    tools: list[dict]
     stop_strings: list[str]
-    samples: list[_Sample]
-    turns: int = 0
+    tokens: TokenEpisode | None  # None for an episode whose env was lost at reset
+    summary: EpisodeSummary
     finished: bool = False
     action: str = ""  # the decoded turn the env is stepped with this round
-    ended_with_stop_token: str | None = None  # the turn's last token, decoded, when it is a stop token
     last_info: dict = field(default_factory=dict)
-    finish_reasons: list[str] = field(default_factory=list)
     truncated_by: str | None = None
     awaits_truncate: bool = False  # cut by the collector: the env's truncate() pays at the end of the round
     lost: bool = False  # its env's worker died or timed out: dropped, not returned
-    tool_calls: int = 0
-    tool_calls_ok: int = 0
-
-    def count_tool_calls(self, info: Mapping[str, Any]) -> None:
-        for call in info.get("tool_calls") or ():
-            if isinstance(call, Mapping) and isinstance(call.get("ok"), bool):
-                self.tool_calls += 1
-                self.tool_calls_ok += int(call["ok"])
 
 
 def _reset_kwargs(spec: Mapping[str, Any] | str) -> dict[str, Any]:
@@ -113,33 +94,18 @@ def _reset_kwargs(spec: Mapping[str, Any] | str) -> dict[str, Any]:
         return {"seed": None, "options": {"task_id": spec}}
     unknown = set(spec) - {"seed", "options"}
     if unknown:
-        raise ValueError(f"reset spec has unknown keys {sorted(unknown)}; use 'seed' and 'options'")
+        raise InvalidValue(f"reset spec has unknown keys {sorted(unknown)}; use 'seed' and 'options'")
     return {"seed": spec.get("seed"), "options": dict(spec.get("options") or {})}
-
-
-def _unwrap_envs(envs: Any) -> list[Any]:
-    if hasattr(envs, "num_envs"):  # a gymnasium VectorEnv: drive its sub-envs one by one
-        sub_envs = getattr(envs, "envs", None)
-        if sub_envs is None:
-            raise TypeError(
-                f"{type(envs).__name__} does not expose its sub-envs (.envs); pass a list of envs or a "
-                "SyncVectorEnv / agent_gym ToolVectorEnv"
-            )
-        return list(sub_envs)
-    envs = list(envs)
-    if not envs:
-        raise ValueError("RolloutCollector needs at least one env")
-    return envs
 
 
 class RolloutCollector:
     """Plays many episodes at once with a generation backend; returns token-level `Trajectory` records.
 
     Args:
-        envs: a list of envs (DESIGN §2 contract), or a vector env exposing `.envs` (its sub-envs are stepped
-            by the collector, so `ToolVectorEnv` and a list of `ToolEnv`s batch their tool calls alike), or an
-            `EnvBatch` (e.g. `agent_gym.distributed.RayEnvPool`); episodes run on them concurrently, one per env
-            at a time.
+        envs: an env batch (`agent_gym.env_batch.as_env_batch`): a list of envs (DESIGN §2 contract), a vector
+            env (`ToolVectorEnv` is an `EnvBatch` itself; a Gymnasium `SyncVectorEnv` lends its sub-envs), or
+            any `EnvBatch` (e.g. `agent_gym.distributed.RayEnvPool`); episodes run on them concurrently, one per
+            env at a time.
         backend: the `GenerationBackend` that samples turns.
         tokenizer: the policy's tokenizer, with a chat template.
         config: sampling settings and limits.
@@ -148,12 +114,8 @@ class RolloutCollector:
     def __init__(
         self, envs: Any, backend: GenerationBackend, tokenizer: Any, config: RolloutConfig | None = None
     ) -> None:
-        if isinstance(envs, EnvBatch):
-            self.env_batch: EnvBatch = envs
-            self.envs: list[Any] = []
-        else:
-            self.envs = _unwrap_envs(envs)
-            self.env_batch = LocalEnvBatch(self.envs)
+        self.env_batch: EnvBatch = as_env_batch(envs)
+        self.envs: list[Any] = list(getattr(self.env_batch, "envs", None) or [])  # in-process envs, if any
         self.backend = backend
         self.tokenizer = tokenizer
         self.config = config or RolloutConfig()
@@ -178,7 +140,7 @@ class RolloutCollector:
             seed: sampling seed (round r uses seed + r), for reproducible rollouts.
         """
         if group_size < 1:
-            raise ValueError(f"group_size must be >= 1, got {group_size}")
+            raise InvalidValue(f"group_size must be >= 1, got {group_size}")
         reset_kwargs = [_reset_kwargs(spec) for spec in specs]
         pending = [(index, member) for index in range(len(reset_kwargs)) for member in range(group_size)]
         pending.reverse()  # pop() from the end keeps spec order
@@ -214,7 +176,7 @@ class RolloutCollector:
                 # episodes mostly end together, so the count alone sits at 0 for minutes on a CPU: show the turn
                 progress.set_postfix_str(f"turn {round_index + 1} of {len(active)} episodes, {tokens} tokens")
                 generations = self.backend.generate(
-                    [episode.samples[-1].prompt_ids + episode.samples[-1].response_ids for episode in active],
+                    [episode.tokens.sample.prompt_ids + episode.tokens.sample.response_ids for episode in active],
                     params,
                 )
                 round_index += 1
@@ -256,48 +218,39 @@ class RolloutCollector:
         for (env_index, spec_index), reset in zip(starting, resets, strict=True):
             if isinstance(reset, EnvLost):
                 self.dropped_episodes += 1
-                episodes.append(_Episode(env_index=env_index, group_id="", spec_index=spec_index, tools=[],
-                                         stop_strings=[], samples=[], finished=True, lost=True))
+                episodes.append(_Episode(env_index=env_index, group_id="", spec_index=spec_index, stop_strings=[],
+                                         tokens=None, summary=EpisodeSummary(), finished=True, lost=True))
             else:
                 episodes.append(self._episode(env_index, spec_index, reset_kwargs[spec_index], reset))
         return episodes
 
     def _episode(self, env_index: int, spec_index: int, kwargs: dict[str, Any], reset: ResetResult) -> _Episode:
         _, info = reset
-        messages = info.get("messages")
+        messages = info.get(MESSAGES)
         if not messages:
             raise RolloutError(f"env {env_index} returned no info['messages'] from reset (DESIGN §2)")
-        tools = list(info.get("tools") or [])
-        prompt = render_prompt(self.tokenizer, messages, tools if self.config.render_tools else None)
-        task_id = info.get("task_id", kwargs["options"].get("task_id", ""))
+        config = self.config
+        tools = list(info.get(TOOLS) or []) if config.render_tools else None
+        tokens = TokenEpisode(self.tokenizer, messages, tools=tools, stop_token_ids=self.stop_token_ids,
+                              max_context_tokens=config.max_context_tokens)
+        task_id = info.get(TASK_ID, kwargs["options"].get("task_id", ""))
         return _Episode(
             env_index=env_index,
             group_id=f"{spec_index}:{task_id}",
             spec_index=spec_index,
-            tools=tools,
-            stop_strings=list(info.get("stop_strings") or []),
-            samples=[_Sample(prompt_ids=prompt)],
-            last_info={"task_id": task_id},
+            stop_strings=list(info.get(STOP_STRINGS) or []),
+            tokens=tokens,
+            summary=EpisodeSummary.from_reset(info),
+            last_info={TASK_ID: task_id},
         )
 
     def _record_turn(self, episode: _Episode, generation: Generation) -> bool:
         """Append a sampled turn and decode it for the env; False (episode cut) when the context is full."""
-        sample = episode.samples[-1]
-        budget = self.config.max_context_tokens - sample.length
-        token_ids, logprobs = generation.token_ids[:budget], generation.logprobs[:budget]
-        if not token_ids:  # the context is full before the turn starts
-            self._cut(episode, "context")
+        kept = episode.tokens.add_model_turn(generation.token_ids, generation.logprobs, generation.finish_reason)
+        if kept is None:
+            self._cut(episode)
             return False
-        sample.append(token_ids, logprobs)
-        sample.turn_end_indices.append(len(sample.response_ids) - 1)
-        episode.turns += 1
-        episode.finish_reasons.append(
-            generation.finish_reason if len(token_ids) == len(generation.token_ids) else "context"
-        )
-        episode.action = self.tokenizer.decode(token_ids, skip_special_tokens=True)  # for the env only
-        # Only a stop token can be the start of the template's turn closing (e.g. <|im_end|>).
-        last = token_ids[-1]
-        episode.ended_with_stop_token = self.tokenizer.decode([last]) if last in self.stop_token_ids else None
+        episode.action = self.tokenizer.decode(kept, skip_special_tokens=True)  # for the env only
         return True
 
     def _step_envs(self, episodes: Sequence[_Episode]) -> list[StepResult | EnvLost]:
@@ -319,39 +272,28 @@ class RolloutCollector:
     def _apply_step(self, episode: _Episode, step: StepResult) -> None:
         """Pay the turn's reward, then finish the episode or append the env's reply."""
         _, reward, terminated, truncated, info = step
-        sample = episode.samples[-1]
-        sample.turn_rewards.append(float(reward))
+        tokens = episode.tokens
+        tokens.pay(reward)
         episode.last_info = info
-        episode.count_tool_calls(info)
+        episode.summary.add_step(reward, terminated, truncated, info)
         if terminated or truncated:
             episode.finished = True
             episode.truncated_by = "env" if truncated and not terminated else None
             return
-        if self.config.max_turns is not None and episode.turns >= self.config.max_turns:
-            self._cut(episode, "max_turns")
+        if self.config.max_turns is not None and tokens.turns >= self.config.max_turns:
+            tokens.cut("max_turns")
+            self._cut(episode)
             return
-        messages = info.get("messages")
-        if not messages:
+        if not info.get(MESSAGES):
             raise RolloutError(f"env {episode.env_index} returned no info['messages'] from step (DESIGN §2)")
-        if info.get("context_rewritten"):
-            tools = episode.tools if self.config.render_tools else None
-            episode.samples.append(_Sample(prompt_ids=render_prompt(self.tokenizer, messages, tools)))
-            if episode.samples[-1].length >= self.config.max_context_tokens:
-                self._cut(episode, "context")
-            return
-        new_messages = _messages_after_last_assistant(messages)
-        delta = render_delta(self.tokenizer, new_messages, episode.ended_with_stop_token)
-        if sample.length + len(delta) >= self.config.max_context_tokens:
-            self._cut(episode, "context")
-            return
-        sample.append(delta, None)
+        if not tokens.add_env_reply(info):
+            self._cut(episode)
 
-    def _cut(self, episode: _Episode, reason: str) -> None:
-        """End an episode the env has not ended; the env's `truncate()` pays at the end of the round (see the
+    def _cut(self, episode: _Episode) -> None:
+        """End an episode its `TokenEpisode` cut; the env's `truncate()` pays at the end of the round (see the
         module docstring), in one batch with the round's other cuts."""
-        episode.finished, episode.truncated_by = True, reason
-        # No turn sampled: nothing to train on, nothing to pay.
-        episode.awaits_truncate = any(sample.turn_end_indices for sample in episode.samples)
+        episode.finished, episode.truncated_by = True, episode.tokens.cut_reason
+        episode.awaits_truncate = episode.tokens.needs_truncation  # no turn sampled: nothing to train on or pay
 
     def _truncate_cut(self, episodes: Sequence[_Episode]) -> None:
         """Pay the round's cut episodes what their envs' `truncate()` pays, on each episode's last turn."""
@@ -368,8 +310,8 @@ class RolloutCollector:
                 self._warn_no_truncate(episode)
             else:
                 reward, info = result
-                samples = [sample for sample in episode.samples if sample.turn_end_indices]
-                samples[-1].turn_rewards[-1] += float(reward)
+                episode.tokens.pay(reward)
+                episode.summary.add_truncation(reward, info)
                 episode.last_info = {**episode.last_info, **info}  # the last step's tool calls stay
 
     def _warn_no_truncate(self, episode: _Episode) -> None:
@@ -385,23 +327,7 @@ class RolloutCollector:
         )
 
     def _trajectories(self, episode: _Episode) -> list[Trajectory]:
-        outcome = sum(reward for sample in episode.samples for reward in sample.turn_rewards)
-        info = _episode_info(episode)
-        samples = [sample for sample in episode.samples if sample.turn_end_indices]
-        return [
-            Trajectory(
-                prompt_ids=sample.prompt_ids,
-                response_ids=sample.response_ids,
-                loss_mask=sample.loss_mask,
-                sampling_logprobs=sample.logprobs,
-                turn_end_indices=sample.turn_end_indices,
-                turn_rewards=sample.turn_rewards,
-                outcome=outcome,
-                group_id=episode.group_id,
-                info={**info, "sample_index": index, "num_samples": len(samples)},
-            )
-            for index, sample in enumerate(samples)
-        ]
+        return episode.tokens.trajectories(episode.group_id, _episode_info(episode))
 
     def close(self) -> None:
         """Close the envs and the backend."""
@@ -409,50 +335,37 @@ class RolloutCollector:
         self.backend.close()
 
 
-def _messages_after_last_assistant(messages: Sequence[dict]) -> list[dict]:
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index].get("role") == "assistant":
-            return list(messages[index + 1 :])
-    raise RolloutError("the env's info['messages'] holds no assistant message after a step (DESIGN §2)")
-
-
 def _episode_info(episode: _Episode) -> dict[str, Any]:
-    last = episode.last_info
+    """The trajectory info of an episode: its last info's end keys and its `EpisodeSummary`, flat (the keys that
+    `trajectory.episode_summary` reads back)."""
+    last, summary, tokens = episode.last_info, episode.summary, episode.tokens
     info: dict[str, Any] = {
-        "task_id": last.get("task_id"),
-        "turns": episode.turns,
-        "finish_reasons": list(episode.finish_reasons),
+        "task_id": last.get(TASK_ID),
+        "turns": tokens.turns,
+        "finish_reasons": list(tokens.finish_reasons),
         "truncated_by": episode.truncated_by,
     }
-    for key in ("reward_components", "answer", "gold_answers", "tool_calls"):
+    for key in (REWARD_COMPONENTS, ANSWER, GOLD_ANSWERS, TOOL_CALLS):
         if key in last:
             info[key] = last[key]
-    info["episode_tool_calls"] = episode.tool_calls  # every turn's calls ("tool_calls" holds the last step's)
-    if episode.tool_calls:
-        info["tool_call_validity"] = episode.tool_calls_ok / episode.tool_calls
-    components = last.get("reward_components") or {}
-    for key in ("em", "f1"):
-        if key in components:
-            info[key] = components[key]
+    info["episode_tool_calls"] = summary.tool_calls  # every turn's calls ("tool_calls" holds the last step's)
+    info["valid_tool_calls"] = summary.valid_tool_calls
+    if summary.tool_calls:
+        info["tool_call_validity"] = summary.tool_call_validity
+    for key in ("em", "f1", "evidence_recall"):
+        if getattr(summary, key) is not None:
+            info[key] = getattr(summary, key)
     return info
 
 
 def evaluate(
     collector: RolloutCollector, specs: Sequence[Mapping[str, Any] | str], seed: int | None = 0
 ) -> tuple[dict[str, float], list[Trajectory]]:
-    """Greedy episodes on held-out tasks (one per spec); returns mean reward / EM / F1 / turns and the
-    trajectories (the first step-level sample of each episode is counted once)."""
+    """Greedy episodes on held-out tasks (one per spec); returns their metrics (`summarize_episodes`: mean
+    reward, EM, F1, turns, tool-call validity, ...) and the trajectories (an episode split into step-level
+    samples is counted once)."""
     trajectories = collector.collect(specs, group_size=1, greedy=True, seed=seed)
-    firsts = [t for t in trajectories if t.info.get("sample_index", 0) == 0]
-    if not firsts:
+    episodes = [episode_summary(t) for t in trajectories if t.info.get("sample_index", 0) == 0]
+    if not episodes:
         return {}, trajectories
-    metrics = {
-        "reward": sum(t.outcome for t in firsts) / len(firsts),
-        "turns": sum(t.info["turns"] for t in firsts) / len(firsts),
-        "episodes": float(len(firsts)),
-    }
-    for key in ("em", "f1"):
-        values = [float(t.info[key]) for t in firsts if isinstance(t.info.get(key), (int, float))]
-        if values:
-            metrics[key] = sum(values) / len(values)
-    return metrics, trajectories
+    return summarize_episodes(episodes), trajectories

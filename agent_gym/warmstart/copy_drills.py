@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_gym.retrieval_index.search_tool import first_hits
+from agent_gym.trainers.token_episode import tokenize_episode
 from agent_gym.warmstart.lm_loss import WeightedRow
-from agent_gym.warmstart.sft import tokenize_episode
 
 __all__ = ["DRILL_FORMS", "DrillSource", "drill_row"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from agent_gym.warmstart.sft import SFTExample, tokenize_episode
+from agent_gym.trainers.token_episode import SFTExample, tokenize_episode
 
 __all__ = ["turn_exactness", "copy_skill", "scripted_examples"]
 
