@@ -10,10 +10,11 @@ import torch
 
 from agent_gym.models.model_init import build_model, train_tokenizer
 from agent_gym.retrieval_index.search_tool import first_hits
+from agent_gym.trainers.token_episode import tokenize_episode
 from agent_gym.warmstart.copy_drills import DrillSource, drill_row
 from agent_gym.warmstart.induction import induction_rows, induction_vocab, install_previous_token_head
 from agent_gym.warmstart.pretrain import PretrainConfig, Pretrainer
-from agent_gym.warmstart.sft import SFTConfig, tokenize_episode, train_sft
+from agent_gym.warmstart.sft import SFTConfig, train_sft
 
 SYNTH = {"num_pages": 60, "kinds": ["bridge"], "hops": [1, 2], "top_k": 2, "split": "all", "num_questions": 8}
 

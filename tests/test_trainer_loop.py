@@ -228,8 +228,9 @@ def _trajectory(outcome, info, response_tokens=2):
 
 def test_episode_metrics_count_an_episode_split_into_samples_once():
     trajectories = [
-        _trajectory(1.0, {"sample_index": 0, "turns": 3, "em": 1.0, "tool_call_validity": 0.5}),
-        _trajectory(1.0, {"sample_index": 1, "turns": 3, "em": 1.0, "tool_call_validity": 0.5}, 4),
+        _trajectory(1.0, {"sample_index": 0, "turns": 3, "em": 1.0, "episode_tool_calls": 2, "valid_tool_calls": 1}),
+        _trajectory(1.0, {"sample_index": 1, "turns": 3, "em": 1.0, "episode_tool_calls": 2, "valid_tool_calls": 1},
+                    4),
         _trajectory(0.0, {"sample_index": 0, "turns": 1, "reward_components": {"em": 0.0}}),
     ]
     metrics = m.episode_metrics(trajectories)

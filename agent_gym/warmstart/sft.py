@@ -1,9 +1,9 @@
 """`agent-gym sft`: warm-start a policy on a scripted policy's episodes, with loss on assistant tokens only.
 
-The episodes are tokenized exactly as the rollout collector builds contexts: the chat-template prompt, then
-each assistant turn's tokens followed by the template's end-of-turn token (`loss_mask = 1`), then the
-rendered delta of the env's messages (`loss_mask = 0`). So the warm-started model sees at RL time the very
-token layout it was fine-tuned on.
+The episodes are tokenized by the rollout collector's own builder (`tokenize_episode`,
+agent_gym/trainers/token_episode.py): the chat-template prompt, then each assistant turn's tokens followed by the
+template's end-of-turn token (`loss_mask = 1`), then the rendered delta of the env's messages (`loss_mask = 0`).
+So the warm-started model sees at RL time the very token layout it was fine-tuned on.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import random
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from agent_gym.models.chat_template import encode_plain_text, render_delta, render_prompt
 from agent_gym.trainers.lr_schedule import lr_lambda
-
-
-@dataclass
-class SFTExample:
-    input_ids: list[int]
-    loss_mask: list[int]
-
+from agent_gym.trainers.token_episode import SFTExample
 
 # Drill worlds of `agent-gym sft --drill-tokens`: the SFT env's settings in a small world, all its questions.
 SFT_DRILL_WORLD = {"num_pages": 300, "split": "all", "num_questions": 40}
@@ -66,38 +58,6 @@ class SFTConfig:
         "help": "train LoRA adapters of this rank on every linear layer and save only them (0: full fine-tune); "
                 "`agent-gym train --adapter OUT` continues them"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (scale alpha/rank)"})
-
-
-def tokenize_episode(
-    tokenizer: Any, messages: Sequence[dict], tools: Sequence[dict] | None = None
-) -> SFTExample:
-    """Token ids and loss mask of a conversation, laid out as the rollout collector lays out contexts."""
-    first_assistant = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), None)
-    if first_assistant is None:
-        raise ValueError("an SFT episode needs at least one assistant message")
-    input_ids = render_prompt(tokenizer, messages[:first_assistant], tools)
-    loss_mask = [0] * len(input_ids)
-    end_of_turn = tokenizer.eos_token
-    index = first_assistant
-    while index < len(messages):
-        # Plain text: a turn's "<|im_end|>" is not the end of the turn (only the template's markers are).
-        turn = encode_plain_text(tokenizer, str(messages[index].get("content") or "")) + [tokenizer.eos_token_id]
-        input_ids += turn
-        loss_mask += [1] * len(turn)
-        following = index + 1
-        while following < len(messages) and messages[following].get("role") != "assistant":
-            following += 1
-        if following < len(messages) or following > index + 1:
-            delta = render_delta(
-                tokenizer,
-                messages[index + 1 : following],
-                end_of_turn,
-                add_generation_prompt=following < len(messages),
-            )
-            input_ids += delta
-            loss_mask += [0] * len(delta)
-        index = following
-    return SFTExample(input_ids, loss_mask)
 
 
 def _epoch_order(size: int, seed: int, epoch: int) -> list[int]:
