@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.hotpot import distractor_corpus
 
 from agent_gym.cli.index import add_index_build_arguments, run_index_build
 from agent_gym.retrieval_index.base import Retriever
@@ -20,21 +20,10 @@ from agent_gym.retrieval_index.build import build_index, make_retriever, open_in
 from agent_gym.retrieval_index.corpus import Document, corpus_checksum, write_corpus
 from agent_gym.retrieval_index.manifest import IndexMismatchError, IndexNotFoundError, Manifest
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-HOTPOT_SAMPLE = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.sample297.json.xz"
-
 
 @pytest.fixture(scope="module")
-def hotpot_docs() -> list[Document]:
-    if not HOTPOT_SAMPLE.is_file():
-        pytest.skip(f"HotpotQA sample not found at {HOTPOT_SAMPLE} (the shared data folder is absent)")
-    with lzma.open(HOTPOT_SAMPLE, "rt", encoding="utf-8") as handle:
-        records = json.load(handle)[:30]
-    docs: dict[str, Document] = {}
-    for record in records:
-        for title, sentences in record["context"]:
-            docs.setdefault(title, Document(f"hp{len(docs)}", title, "".join(sentences)))
-    return list(docs.values())
+def hotpot_docs(hotpot_records: list[dict]) -> list[Document]:
+    return distractor_corpus(hotpot_records[:30])
 
 
 @pytest.fixture
@@ -119,7 +108,9 @@ def test_directory_without_manifest_is_not_an_index(tmp_path: Path) -> None:
         open_index(tmp_path)
 
 
-def test_failed_rebuild_leaves_the_previous_complete_index_in_place(corpus: Path, tmp_path: Path) -> None:
+def test_failed_rebuild_leaves_the_previous_complete_index_in_place(
+    corpus: Path, hotpot_docs: list[Document], tmp_path: Path
+) -> None:
     # A build writes beside --out and renames into place only when complete: no partial index can look
     # complete, and a failed rebuild costs the user nothing.
     build_index(corpus, tmp_path / "index", "tantivy", show_progress=False)
@@ -128,7 +119,8 @@ def test_failed_rebuild_leaves_the_previous_complete_index_in_place(corpus: Path
         build_index(tmp_path / "missing.jsonl", tmp_path / "index", "tantivy", show_progress=False)
     assert sorted(path.name for path in (tmp_path / "index").rglob("*")) == before
     with open_index(tmp_path / "index", corpus_path=corpus) as retriever:
-        assert retriever.search_one("the", 1) is not None
+        target = hotpot_docs[7]  # the previous index still finds a page by its title and opening
+        assert retriever.search_one(target.title + " " + target.text[:100], 3)[0].id == target.id
 
 
 def _corpus_with_a_bad_line(path: Path, good_lines: int = 20) -> Path:
