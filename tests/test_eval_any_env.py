@@ -6,6 +6,7 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+from support.backends import ScriptedBackend
 
 from agent_gym.evaluation import evaluate, run_episode
 from agent_gym.policies import PolicyError, make_policy
@@ -53,15 +54,18 @@ def test_evaluate_plays_an_env_that_is_not_a_tool_env():
     assert [record.question for record in records] == ["Say 0.", "Say 1.", "Say 2."]
 
 
-def test_a_model_policy_evaluates_on_an_env_that_is_not_a_tool_env():
-    from agent_gym.models.model_init import build_model, train_tokenizer
+@pytest.mark.parametrize(("turn", "em"), [("<answer>1</answer>", 1.0), ("<answer>2</answer>", 0.0)])
+def test_a_model_policy_evaluates_on_an_env_that_is_not_a_tool_env(tiny_model, turn, em):
+    from agent_gym.models.chat_template import render_prompt
     from agent_gym.trainers.model_policy import ModelPolicy
 
-    tokenizer = train_tokenizer(["say answer the number one two three"] * 50, vocab_size=300)
-    policy = ModelPolicy(build_model("tiny", tokenizer, seed=0), tokenizer, max_new_tokens=8,
-                         max_context_tokens=256)
+    model, tokenizer = tiny_model
+    backend = ScriptedBackend(tokenizer, [turn])  # the model's turn, fixed so the score is known
+    policy = ModelPolicy(model, tokenizer, max_new_tokens=8, max_context_tokens=256, backend=backend)
     record = run_episode(EchoEnv(), policy, options={"task_index": 1})
-    assert record.turns == 1 and record.em in (0.0, 1.0)
+    _, info = EchoEnv().reset(options={"task_index": 1})
+    assert backend.prompts == [render_prompt(tokenizer, info["messages"])]  # prompted from info["messages"] alone
+    assert (record.turns, record.answer, record.em) == (1, turn, em)
 
 
 @pytest.mark.parametrize("name", ["oracle", "naive-rag", "gold-search", "weak-multihop"])
