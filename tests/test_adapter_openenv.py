@@ -21,6 +21,7 @@ from test_search_server import thread_server
 import agent_gym  # noqa: F401 - registers the ids
 from agent_gym.adapters.openenv import RemoteEnv, RemoteEnvError
 from agent_gym.adapters.openenv_server import create_env_app
+from agent_gym.contract import check_tool_env_contract
 
 SMALL = {"hops": 1, "num_pages": 200, "num_questions": 10}
 
@@ -47,6 +48,34 @@ def test_remote_env_passes_gymnasiums_env_checker_over_the_wire(url):
     with _no_warnings():
         check_env(env, skip_render_check=True)
     env.close()
+
+
+def test_remote_env_passes_the_env_contract_checker_over_the_wire(url):
+    env = RemoteEnv(url)
+    check_tool_env_contract(env)
+    env.close()
+
+
+def _answering(env: RemoteEnv, info: dict) -> RemoteEnv:
+    """``env`` whose server answers every request with an observation carrying ``info``."""
+    env._request = lambda message: {"observation": {"text": "Q", "info": info, "terminated": False,
+                                                    "truncated": False}, "reward": 0.0}
+    return env
+
+
+def test_a_server_whose_info_breaks_the_contract_is_a_clear_error(url):
+    env = _answering(RemoteEnv(url), {"messages": []})
+    with pytest.raises(RemoteEnvError, match="broke the env contract.*'messages'.* empty"):
+        env.reset()
+
+
+def test_a_server_that_gives_no_new_messages_gets_them_derived(url):
+    messages = [{"role": "user", "content": "Q"}]
+    env = _answering(RemoteEnv(url), {"messages": messages})
+    _, info = env.reset()
+    _answering(env, {"messages": [*messages, {"role": "assistant", "content": "A"}, {"role": "tool", "content": "R"}]})
+    *_, step_info = env.step("A")
+    assert info["new_messages"] == messages and step_info["new_messages"] == [{"role": "tool", "content": "R"}]
 
 
 @contextmanager

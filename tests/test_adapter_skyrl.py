@@ -53,3 +53,19 @@ def test_a_malformed_turn_comes_back_as_an_observation_not_an_exception():
 def test_an_env_config_without_an_env_id_is_refused_with_what_to_pass():
     with pytest.raises(ValueError, match="env_id"):
         AgentGymTextEnv({}, {})
+
+
+def test_a_users_env_is_held_to_the_env_contract_before_skyrl_steps_it():
+    from agent_gym.contract import ContractError
+
+    class Silent(gym.Wrapper):
+        """Hands the agent no context: its reset info lacks 'messages'."""
+
+        def reset(self, **kwargs):
+            observation, _ = self.env.reset(**kwargs)
+            return observation, {}
+
+    user_env = gym.make("AgentR1-SynthHop-v0", **CONFIG["env_kwargs"])
+    AgentGymTextEnv(None, {}, env=user_env)  # a conforming env is taken
+    with pytest.raises(ContractError, match="no 'messages'"):
+        AgentGymTextEnv(None, {}, env=Silent(user_env))

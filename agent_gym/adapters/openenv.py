@@ -7,6 +7,11 @@ wire and the trainer's ``RolloutCollector`` trains against it like a local env. 
 through the server env's own ``truncate()`` (our protocol extension), so a trainer's turn cap pays what the env
 pays.
 
+Every info is held to the env contract as it arrives (`agent_gym.contract`): an answer that breaks it raises
+:class:`RemoteEnvError` saying which rule. A server whose env gives no ``new_messages`` (an older agent-gym, or
+another text server) gets them derived from its ``messages``, so a ``RemoteEnv`` always hands out the whole
+contract.
+
 Every wait is bounded: a server that is gone, stopped or silent for ``timeout_s`` raises :class:`RemoteEnvError`
 saying so; nothing hangs. The spaces are ``UnicodeText`` of the lengths the server's ``/metadata`` reports.
 """
@@ -19,6 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agent_gym.contract import MESSAGES, NEW_MESSAGES, ContractError, check_reset_info, check_step_info, new_messages
 from agent_gym.error import AgentGymError
 from agent_gym.spaces import UnicodeText
 
@@ -74,6 +80,21 @@ class RemoteEnv(gym.Env[str, str]):
         self.action_space = UnicodeText(max_length=int(server.get("action_max_length") or _UNBOUNDED_TEXT))
         self._socket: Any = None
         self._session = ExitStack()
+        self._messages: list[dict[str, Any]] | None = None  # the context of the last answer, to check the next
+
+    def _checked_info(self, info: Any, step: bool) -> dict[str, Any]:
+        """``info`` with ``new_messages`` (derived where the server gave none), held to the env contract."""
+        try:
+            if isinstance(info, dict) and NEW_MESSAGES not in info and MESSAGES in info:
+                info = {**info, NEW_MESSAGES: new_messages(info)}
+            if step:
+                check_step_info(info, self._messages)
+            else:
+                check_reset_info(info)
+        except ContractError as error:
+            raise RemoteEnvError(f"the env server at {self._ws_url} broke the env contract: {error}") from error
+        self._messages = list(info[MESSAGES])
+        return info
 
     # ------------------------------------------------------------------------------------------ protocol
 
@@ -130,13 +151,13 @@ class RemoteEnv(gym.Env[str, str]):
         super().reset(seed=seed)
         data = self._request({"type": "reset", "data": {"seed": seed, "options": options}})
         observation = data["observation"]
-        return observation["text"], observation["info"]
+        return observation["text"], self._checked_info(observation["info"], step=False)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         data = self._request({"type": "step", "data": {"text": action if isinstance(action, str) else str(action)}})
         observation = data["observation"]
         return (observation["text"], float(data.get("reward") or 0.0), bool(observation["terminated"]),
-                bool(observation["truncated"]), observation["info"])
+                bool(observation["truncated"]), self._checked_info(observation["info"], step=True))
 
     def truncate(self) -> tuple[float, dict[str, Any]]:
         """End the episode through the server env's ``truncate()``; returns ``(reward, info)``."""

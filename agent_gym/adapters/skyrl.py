@@ -22,6 +22,8 @@ from typing import Any
 import gymnasium as gym
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
+from agent_gym.contract import check_tool_env_contract, new_messages
+
 __all__ = ["AgentGymTextEnv", "register_skyrl_env", "SKYRL_ENV_ID"]
 
 SKYRL_ENV_ID = "agent_gym"
@@ -41,13 +43,6 @@ def _plain(config: Any) -> dict[str, Any]:
             raise TypeError(f"env_config must be a mapping such as {{'env_id': ...}}, got {type(config).__name__}") \
                 from error
     return dict(config)
-
-
-def _messages_after_last_assistant(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index].get("role") == "assistant":
-            return [dict(message) for message in messages[index + 1 :]]
-    return []
 
 
 class AgentGymTextEnv(BaseTextEnv):
@@ -72,6 +67,8 @@ class AgentGymTextEnv(BaseTextEnv):
             from agent_gym.make import make_env
 
             env = make_env(env_id, config.get("env_kwargs"))
+        else:  # a user's env: held to the env contract before SkyRL steps it
+            check_tool_env_contract(env)
         self.env = env
         where = dict(extras.get("extra_info") or {})
         where.update({key: extras[key] for key in (*_TASK_KEYS, "seed") if key in extras})
@@ -99,7 +96,7 @@ class AgentGymTextEnv(BaseTextEnv):
         _, reward, terminated, truncated, info = self.env.step(action)
         self.total_reward += float(reward)
         self._last_info = info
-        observations = [] if terminated or truncated else _messages_after_last_assistant(info["messages"])
+        observations = [] if terminated or truncated else [dict(message) for message in new_messages(info)]
         self.chat_history.append({"role": "assistant", "content": action})
         self.chat_history.extend(observations)
         metadata = {key: info[key] for key in ("reward_components", "tool_calls", "turn", "task_id", "answer",

@@ -35,6 +35,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agent_gym.contract import check_tool_env_contract, new_messages
 from agent_gym.formats import ToolCall, get_format
 from agent_gym.make import make_env
 
@@ -42,13 +43,6 @@ __all__ = ["RolloutFunc", "env_reward", "make_environment_factory", "make_tool_d
 
 _JSON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
 ANSWER_TOOL = "answer"
-
-
-def _messages_after_last_assistant(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index].get("role") == "assistant":
-            return list(messages[index + 1 :])
-    return []
 
 
 # ---------------------------------------------------------------------------------------------- environment_factory
@@ -97,7 +91,7 @@ class _EnvironmentBase:
         self._over = bool(terminated or truncated)
         if terminated:
             return "Your answer is recorded."
-        results = [str(message.get("content", "")) for message in _messages_after_last_assistant(info["messages"])]
+        results = [str(message.get("content", "")) for message in new_messages(info)]
         if truncated:
             results.append("The episode is over (turn or context limit).")
         return "\n".join(results)
@@ -159,11 +153,15 @@ def make_environment_factory(env: str | Callable[[], gym.Env], **env_kwargs: Any
     """A class for ``GRPOTrainer(environment_factory=...)``: one instance per rollout, each holding its own env.
 
     ``env`` is an env id (with ``gym.make`` kwargs) or a factory. The class's tool methods come from the env's
-    ``reset`` info (``tools``); ``answer`` ends the episode through the env's answer format.
+    ``reset`` info (``tools``); ``answer`` ends the episode through the env's answer format. The env is held to
+    the env contract first (`check_tool_env_contract`), so a broken env fails here, not inside TRL's loop.
     """
     probe = make_env(env, env_kwargs, instance_ok=False)
-    _, info = probe.reset(seed=0)
-    probe.close()
+    try:
+        check_tool_env_contract(probe)
+        _, info = probe.reset(seed=0)
+    finally:
+        probe.close()
     namespace: dict[str, Any] = {"_env_source": staticmethod(env) if callable(env) else env,
                                  "_env_kwargs": dict(env_kwargs), ANSWER_TOOL: _answer}
     for schema in info.get("tools") or []:
@@ -234,6 +232,7 @@ class RolloutFunc:
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         self.envs = [make_env(env, env_kwargs, instance_ok=False) for _ in range(num_envs)]
+        check_tool_env_contract(self.envs[0])  # a broken env fails here, not inside TRL's loop
         self.config = config or RolloutConfig(show_progress=False)
         self._specs: dict[str, dict[str, Any]] = {}
         self._collector: Any = None
