@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import json
-import random
-import string
 from typing import Any
 
 import gymnasium as gym
 import pytest
 import torch
 from conftest import FACT_TASKS, FactLookup
+from support.backends import RecordingBackend, ScriptedBackend
 
 from agent_gym import register_tool_env
 from agent_gym.env import ToolEnv
-from agent_gym.models.chat_template import encode_text, render_delta, render_prompt
-from agent_gym.models.model_init import build_model, train_tokenizer
+from agent_gym.models.chat_template import render_delta, render_prompt
 from agent_gym.spaces import UnicodeText
-from agent_gym.trainers.backends import Generation, GenerationBackend, TransformersBackend
+from agent_gym.trainers.backends import TransformersBackend
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig, RolloutError, evaluate
 from agent_gym.trainers.token_episode import tokenize_episode
 from agent_gym.trainers.trajectory import collate
@@ -89,27 +87,10 @@ class EchoToolEnv(gym.Env):
         return observation, reward, terminated, False, info
 
 
-class RecordingBackend(GenerationBackend):
-    """A real TransformersBackend whose every prompt and generation is kept for the assertions."""
-
-    def __init__(self, inner: TransformersBackend) -> None:
-        self.inner = inner
-        self.calls: list[tuple[list[list[int]], list[Generation]]] = []
-
-    def generate(self, prompts, params) -> list[Generation]:
-        generations = self.inner.generate(prompts, params)
-        self.calls.append(([list(p) for p in prompts], generations))
-        return generations
-
-
 @pytest.fixture(scope="module")
-def tiny():
-    rng = random.Random(0)
-    words = [
-        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 7))) for _ in range(300)
-    ]
-    tokenizer = train_tokenizer([" ".join(rng.choices(words, k=30)) for _ in range(300)], vocab_size=600)
-    return build_model("tiny", tokenizer, seed=0).eval(), tokenizer
+def tiny(tiny_model):
+    """The suite's shared tiny model and tokenizer (conftest); tests here never change its weights."""
+    return tiny_model
 
 
 def _collector(tiny, envs, **config):
@@ -328,9 +309,8 @@ def test_sft_loss_mask_covers_exactly_the_assistant_turns_and_their_end_token(ti
     )  # training stops at the last turn
 
 
-def test_sft_lowers_the_loss_on_its_examples(tiny):
-    model, tokenizer = tiny
-    model = build_model("tiny", tokenizer, seed=1)
+def test_sft_lowers_the_loss_on_its_examples(tiny_model_copy):
+    model, tokenizer = tiny_model_copy
     messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "<answer>abc</answer>"}]
     losses = train_sft(
         model,
@@ -348,20 +328,13 @@ def test_sft_episode_without_assistant_turn_is_a_clear_error(tiny):
 
 
 @pytest.mark.slow
-def test_sft_command_warm_starts_a_model_on_scripted_episodes(tmp_path, capsys):
+def test_sft_command_warm_starts_a_model_on_scripted_episodes(tiny_model_dir_for_synthhop, tmp_path, capsys):
     import argparse
     import json
 
     from agent_gym.cli.train import add_sft_arguments, run_sft
-    from agent_gym.models.model_init import init_model
 
-    rng = random.Random(0)
-    words = [
-        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 7))) for _ in range(300)
-    ]
-    model_dir = init_model(
-        [" ".join(rng.choices(words, k=30)) for _ in range(300)], tmp_path / "m", vocab_size=600
-    )
+    model_dir = tiny_model_dir_for_synthhop
     parser = argparse.ArgumentParser()
     add_sft_arguments(parser)
     small_world = json.dumps({"num_pages": 2000, "num_questions": 50})
@@ -392,9 +365,8 @@ def test_sft_command_warm_starts_a_model_on_scripted_episodes(tmp_path, capsys):
     assert summary["episodes"] == 4 and summary["final_loss"] < summary["first_loss"]
 
 
-def test_sft_skips_examples_cut_before_their_first_assistant_token(tiny):
-    _, tokenizer = tiny
-    model = build_model("tiny", tokenizer, seed=1)
+def test_sft_skips_examples_cut_before_their_first_assistant_token(tiny_model_copy):
+    model, tokenizer = tiny_model_copy
     long_prompt = [
         {"role": "user", "content": "word " * 100},
         {"role": "assistant", "content": "<answer>a</answer>"},
@@ -407,19 +379,6 @@ def test_sft_skips_examples_cut_before_their_first_assistant_token(tiny):
 
 
 # ---------------------------------------------------------------------------------------------- ToolEnv turns
-
-
-class ScriptedBackend(GenerationBackend):
-    """Every prompt of the r-th `generate` call gets `turns[r]` (the last one repeats), ended by <|im_end|>."""
-
-    def __init__(self, tokenizer, turns: list[str]) -> None:
-        self.tokenizer, self.turns, self.calls = tokenizer, turns, 0
-
-    def generate(self, prompts, params) -> list[Generation]:
-        text = self.turns[min(self.calls, len(self.turns) - 1)]
-        self.calls += 1
-        ids = encode_text(self.tokenizer, text) + [self.tokenizer.eos_token_id]
-        return [Generation(list(ids), [0.0] * len(ids), "stop") for _ in prompts]
 
 
 def _lookup(title: str) -> str:
