@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
-import string
 import sys
 import time
 
@@ -17,14 +15,13 @@ ray = pytest.importorskip("ray", reason="env workers need Ray: pip install 'agen
 
 import conftest  # noqa: E402
 from conftest import FACT_TASKS, FactLookup  # noqa: E402
+from support.backends import ScriptedBackend  # noqa: E402
 
 from agent_gym.distributed import EnvPoolError, RayEnvPool, connect_ray  # noqa: E402
 from agent_gym.env import ToolEnv  # noqa: E402
 from agent_gym.env_batch import EnvLost  # noqa: E402
-from agent_gym.models.chat_template import encode_text  # noqa: E402
-from agent_gym.models.model_init import build_model, train_tokenizer  # noqa: E402
 from agent_gym.tools import ToolResult  # noqa: E402
-from agent_gym.trainers.backends import Generation, GenerationBackend, TransformersBackend  # noqa: E402
+from agent_gym.trainers.backends import TransformersBackend  # noqa: E402
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig, RolloutError  # noqa: E402
 
 # Ray's workers cannot import pytest's test modules: ship this module's and conftest's classes by value.
@@ -40,11 +37,9 @@ def local_ray():
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    rng = random.Random(0)
-    words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 7))) for _ in range(300)]
-    tokenizer = train_tokenizer([" ".join(rng.choices(words, k=30)) for _ in range(300)], vocab_size=600)
-    return build_model("tiny", tokenizer, seed=0).eval(), tokenizer
+def tiny(tiny_model):
+    """The suite's shared tiny model and tokenizer (conftest); a test that trains takes tiny_model_copy."""
+    return tiny_model
 
 
 def fact_env(**settings) -> ToolEnv:
@@ -65,23 +60,6 @@ def hanging_env() -> ToolEnv:
 
 def _lookup(title: str) -> str:
     return f"<tool_call>{json.dumps({'name': 'lookup', 'arguments': {'title': title}})}</tool_call>"
-
-
-class ScriptedBackend(GenerationBackend):
-    """Every prompt of the r-th `generate` call gets `turns[r]` (the last one repeats); `before_round[r]` runs
-    first (the fault injection)."""
-
-    def __init__(self, tokenizer, turns, before_round=None) -> None:
-        self.tokenizer, self.turns, self.calls = tokenizer, turns, 0
-        self.before_round = before_round or {}
-
-    def generate(self, prompts, params):
-        if self.calls in self.before_round:
-            self.before_round[self.calls]()
-        text = self.turns[min(self.calls, len(self.turns) - 1)]
-        self.calls += 1
-        ids = encode_text(self.tokenizer, text) + [self.tokenizer.eos_token_id]
-        return [Generation(list(ids), [0.0] * len(ids), "stop") for _ in prompts]
 
 
 SPECS = ["capital-france", "capital-japan", "melville-birthplace"]
@@ -185,14 +163,14 @@ def test_a_pool_with_more_workers_than_envs_is_refused(local_ray):
 
 
 @pytest.mark.slow
-def test_the_trainer_trains_on_env_workers_and_logs_dropped_episodes(local_ray, tiny, tmp_path):
+def test_the_trainer_trains_on_env_workers_and_logs_dropped_episodes(local_ray, tiny_model_copy, tmp_path):
     from agent_gym.distributed import ray_env_pool_factory
     from agent_gym.trainers import metrics as m
     from agent_gym.trainers.config import TrainConfig
     from agent_gym.trainers.metrics import read_metrics
     from agent_gym.trainers.trainer import Trainer
 
-    model, tokenizer = tiny
+    model, tokenizer = tiny_model_copy
     config = TrainConfig(model="tiny", env_id="unused", group_size=2, tasks_per_step=2, total_steps=1,
                          micro_batch_size=4, max_new_tokens=8, max_context_tokens=2000, eval_every=0,
                          output_dir=str(tmp_path), tensorboard=False, show_progress=False, device="cpu",
@@ -206,11 +184,11 @@ def test_the_trainer_trains_on_env_workers_and_logs_dropped_episodes(local_ray, 
     assert read_metrics(tmp_path)[-1][m.DROPPED_EPISODES] == 0.0
 
 
-def test_a_trainer_with_env_workers_but_no_pool_says_how_to_get_one(tiny, tmp_path):
+def test_a_trainer_with_env_workers_but_no_pool_says_how_to_get_one(tiny_model_copy, tmp_path):
     from agent_gym.trainers.config import ConfigError, TrainConfig
     from agent_gym.trainers.trainer import Trainer
 
-    model, tokenizer = tiny
+    model, tokenizer = tiny_model_copy
     config = TrainConfig(model="tiny", group_size=2, tasks_per_step=2, env_workers=2, device="cpu",
                          output_dir=str(tmp_path), tensorboard=False)
     with pytest.raises(ConfigError, match="ray_env_pool_factory"):
@@ -218,16 +196,14 @@ def test_a_trainer_with_env_workers_but_no_pool_says_how_to_get_one(tiny, tmp_pa
 
 
 @pytest.mark.slow
-def test_agent_gym_train_with_env_workers_runs_a_step_on_the_suite_env(local_ray, tiny, tmp_path):
+def test_agent_gym_train_with_env_workers_runs_a_step_on_the_suite_env(local_ray, tiny_model_dir_for_synthhop,
+                                                                       tmp_path):
     from conftest import SMALL_SYNTHHOP
 
     from agent_gym.cli import main
     from agent_gym.trainers.metrics import read_metrics
 
-    model, tokenizer = tiny
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
-    status = main(["train", "--model", str(tmp_path / "model"), "--env", "AgentR1-SynthHop-v0",
+    status = main(["train", "--model", str(tiny_model_dir_for_synthhop), "--env", "AgentR1-SynthHop-v0",
                    "--env-kwargs", json.dumps(SMALL_SYNTHHOP), "--env-workers", "2", "--env-step-timeout", "120",
                    "--group-size", "2", "--tasks-per-step", "2", "--total-steps", "1", "--max-new-tokens", "8",
                    "--eval-every", "0", "--device", "cpu", "--no-tensorboard", "--no-show-progress",
