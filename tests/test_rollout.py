@@ -409,6 +409,16 @@ def test_native_vector_env_sub_envs_step_as_one_turn_batch(tiny):
     assert shared.batches == [2, 2]
 
 
+def test_the_collector_drives_a_native_vector_env_as_the_env_batch_it_is(tiny):
+    register_tool_env("TestRolloutFacts-v0", tools=[FactLookup()], tasks=list(FACT_TASKS), max_turns=2)
+    try:
+        vector_env = gym.make_vec("TestRolloutFacts-v0", num_envs=2)
+    finally:
+        gym.registry.pop("TestRolloutFacts-v0", None)
+    collector = _scripted(tiny, vector_env, [_lookup("Japan")])
+    assert collector.env_batch is vector_env and len(collector.collect(["capital-japan"] * 2)) == 2
+
+
 def test_episode_cut_at_max_turns_pays_what_the_envs_own_limit_pays(tiny):
     turns = [_lookup("France"), "no call"]
     [cut] = _scripted(tiny, [ToolEnv(list(FACT_TASKS), [FactLookup()], max_turns=8)], turns, max_turns=2).collect(

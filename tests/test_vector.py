@@ -209,3 +209,25 @@ def test_make_vec_with_gymnasium_vectorization_modes(mode: str, vector_kwargs: d
     finally:
         envs.close()
     assert observations == gym.make_vec("AgentR1-SynthHop-v0", num_envs=2, **SMALL_SYNTHHOP).reset(seed=0)[0]
+
+
+# ---------------------------------------------------------------------------------------------- as an EnvBatch
+
+
+def test_the_native_vector_env_is_an_env_batch_that_addresses_envs_by_index(shared_lookup: FactLookup) -> None:
+    from agent_gym.env_batch import EnvBatch, as_env_batch
+
+    envs = gym.make_vec(FACTS_ID, num_envs=3)
+    [(_, info)] = envs.reset_batch([2], [{"seed": 0, "options": {"task_id": "capital-japan"}}])
+    [(_, _, terminated, _, step_info)] = envs.step_batch([2], [lookup_call("Japan")])
+    assert isinstance(envs, EnvBatch) and as_env_batch(envs) is envs
+    assert info["task_id"] == "capital-japan" and not terminated and "Tokyo" in str(step_info["new_messages"])
+    assert shared_lookup.batches == [1]
+
+
+def test_an_env_the_batch_ended_is_reset_by_the_next_vector_step(shared_lookup: FactLookup) -> None:
+    envs = gym.make_vec(FACTS_ID, num_envs=2)
+    envs.reset(seed=0)
+    [(_, _, terminated, _, _)] = envs.step_batch([0], ["<answer>Paris</answer>"])
+    _, _, _, _, infos = envs.step(["ignored", lookup_call("France")])
+    assert terminated and infos["turn"][0] == 0  # NEXT_STEP autoreset: env 0 starts its next episode

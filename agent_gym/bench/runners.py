@@ -224,18 +224,21 @@ def _run_sb3(maskable: bool) -> Callable[[BenchSettings, int, Path], None]:
                           verbose=0)
 
         def evaluation() -> dict:
-            em = f1 = 0.0
+            from agent_gym.episode_summary import EpisodeSummary, summarize_episodes
+
+            episodes = []
             for index in range(settings.eval_tasks):
-                observation, _ = eval_env.reset(seed=index, options={"task_index": index})
+                observation, info = eval_env.reset(seed=index, options={"task_index": index})
+                episode = EpisodeSummary.from_reset(info)
                 done = False
                 while not done:
                     kwargs = {"action_masks": eval_env.action_masks()} if maskable else {}
                     action, _ = model.predict(observation, deterministic=True, **kwargs)
-                    observation, _, terminated, truncated, info = eval_env.step(int(action))
+                    observation, reward, terminated, truncated, info = eval_env.step(int(action))
+                    episode.add_step(reward, terminated, truncated, info)
                     done = terminated or truncated
-                em += info["reward_components"]["em"]
-                f1 += info["reward_components"]["f1"]
-            return {"em": em / settings.eval_tasks, "f1": f1 / settings.eval_tasks}
+                episodes.append(episode)
+            return summarize_episodes(episodes)  # the metric vocabulary of every other runner
 
         log = _Log(out, "sb3-maskable-ppo" if maskable else "sb3-ppo", version, seed)
 
