@@ -90,7 +90,7 @@ class ModelInitConfig:
     num_prompts: int = field(default=256, metadata={"help": "env resets sampled for prompt texts"})
     pre_tokenizer: str = field(default=DEFAULT_PRE_TOKENIZER, metadata={
         "choices": tuple(sorted(PRE_TOKENIZER_SPLITS)),
-        "help": "how text is split before BPE: 'letters' (default) gives a word the same ids wherever it stands, so "
+        "help": "how text is split before BPE: 'letters' gives a word the same ids wherever it stands, so "
                 "a from-scratch model can copy names; 'qwen2' is Qwen2's split (space attached to the word)"})
     seed: int = field(default=0, metadata={"help": "weight initialisation seed"})
 
