@@ -2,16 +2,19 @@
 
 Each round, every live episode contributes its context (exact token ids) to one batched `generate` call; the
 sampled ids and their log-probs are appended verbatim (`loss_mask = 1`), the decoded turns go to the envs,
-and each env's new messages are rendered with the chat template as a delta (`loss_mask = 0`).
-Model output is never decoded and re-encoded for training (Agent-R1 issue #30: its NaN came from that).
-Finished episodes free their env, which starts the next pending episode in the next round.
+and each env's new messages (`info["new_messages"]`) are rendered with the chat template as a delta
+(`loss_mask = 0`). Model output is never decoded and re-encoded for training (Agent-R1 issue #30: its NaN came
+from that). The token layout, its budget and its stop-token rule are `TokenEpisode`'s (token_episode.py), shared
+with verl's agent loop and SFT; the collector keeps only the scheduling. Finished episodes free their env, which
+starts the next pending episode in the next round.
 
 The round's turns are one batch: the collector resets, steps and truncates its envs through an `EnvBatch`
-(env_batch.py), one call per round for each. In-process (`LocalEnvBatch`), the `ToolEnv`s among the envs step
-together through `agent_gym.env.step_turns` (one search for all their calls, as `agent-gym eval`'s vector env
-does); any other env steps alone. `agent_gym.distributed.RayEnvPool` is the same interface over Ray actors, one
-call per actor per batch. An env the batch reports lost (`EnvLost`: its worker died or timed out) has its
-episode dropped and counted (`dropped_episodes`); the others go on.
+(agent_gym/env_batch.py), one call per round for each, and takes any env batch as it is: a list of envs
+(`LocalEnvBatch`: its `ToolEnv`s step together through `agent_gym.env.step_turns`, one search for all their
+calls; any other env steps alone), the native `ToolVectorEnv` (an `EnvBatch` itself), or
+`agent_gym.distributed.RayEnvPool` (the same interface over Ray actors, one call per actor per batch). An env
+the batch reports lost (`EnvLost`: its worker died or timed out) has its episode dropped and counted
+(`dropped_episodes`); the others go on.
 
 An episode the collector cuts itself (its `max_turns`, or its token budget) is ended through the env's
 optional `truncate() -> (reward, info)`, so it pays what the env pays when its own limit cuts an episode
@@ -20,7 +23,7 @@ episode's last turn. An env without `truncate()` keeps the rewards it paid so fa
 
 When the env rewrites its context (`info["context_rewritten"]`), the episode continues as a new step-level
 sample whose prompt is the rewritten `info["messages"]` (Agent-R1 v0.1); all samples of an episode share
-its group id and its outcome.
+its group id and its outcome. Episode statistics (tool-call validity, EM, ...) are `EpisodeSummary`'s.
 """
 
 from __future__ import annotations
