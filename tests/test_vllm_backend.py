@@ -11,7 +11,7 @@ import string
 import pytest
 import torch
 
-from agent_gym.models.model_init import init_model, load_model_and_tokenizer
+from agent_gym.models.model_init import load_model_and_tokenizer
 from agent_gym.trainers.backends import SamplingParams
 from agent_gym.trainers.backends.vllm_backend import vllm_available
 
@@ -26,19 +26,10 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
+def engine(tiny_model_dir_for_synthhop):
     from agent_gym.trainers.backends.vllm_backend import VLLMBackend
 
-    rng = random.Random(0)
-    words = [
-        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 7))) for _ in range(300)
-    ]
-    path = init_model(
-        [" ".join(rng.choices(words, k=30)) for _ in range(300)],
-        tmp_path_factory.mktemp("vllm") / "tiny",
-        preset="tiny",
-        vocab_size=600,
-    )
+    path = tiny_model_dir_for_synthhop
     model, tokenizer = load_model_and_tokenizer(path)
     backend = VLLMBackend(path, tokenizer, max_model_len=512)
     yield backend, model.eval(), tokenizer
