@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -12,25 +11,12 @@ from test_search_server import thread_server
 from agent_gym.adapters.openai_server import create_chat_app
 
 
-def tiny_model():
-    from agent_gym.models.model_init import build_model, train_tokenizer
-
-    tokenizer = train_tokenizer(["who what search answer the question tool"] * 50, vocab_size=300)
-    return build_model("tiny", tokenizer, seed=0).eval(), tokenizer
-
-
-@contextmanager
-def chat_server(max_tokens: int = 16) -> Iterator[str]:
-    """Serve a tiny random model; yields the base URL (``.../v1``)."""
-    model, tokenizer = tiny_model()
-    with thread_server(None, app=create_chat_app(model, tokenizer, max_tokens=max_tokens)) as base:
-        yield f"{base}/v1"
-
-
 @pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with chat_server() as base:
-        yield base
+def url(tiny_model) -> Iterator[str]:
+    """Serve the suite's tiny random model; yields the base URL (``.../v1``)."""
+    model, tokenizer = tiny_model
+    with thread_server(None, app=create_chat_app(model, tokenizer, max_tokens=16)) as base:
+        yield f"{base}/v1"
 
 
 def test_a_chat_completion_has_the_openai_schema_and_is_greedy_at_temperature_zero(url):
@@ -42,13 +28,13 @@ def test_a_chat_completion_has_the_openai_schema_and_is_greedy_at_temperature_ze
     assert first["choices"][0]["finish_reason"] in ("stop", "length") and first["usage"]["completion_tokens"] <= 6
 
 
-def test_the_openai_client_reads_it():
+def test_the_openai_client_reads_it(url):
     openai = pytest.importorskip("openai")
-    with chat_server() as base:
-        client = openai.OpenAI(base_url=base, api_key="EMPTY")
-        reply = client.chat.completions.create(model="agent-gym", messages=[{"role": "user", "content": "hi"}],
-                                               max_tokens=4, temperature=0)
-    assert isinstance(reply.choices[0].message.content, str)
+    body = {"model": "agent-gym", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}
+    reply = openai.OpenAI(base_url=url, api_key="EMPTY").chat.completions.create(**body)
+    raw = httpx.post(f"{url}/chat/completions", json=body, timeout=60).json()  # greedy: the same answer
+    assert (reply.choices[0].message.content, reply.usage.completion_tokens) == (
+        raw["choices"][0]["message"]["content"], raw["usage"]["completion_tokens"])
 
 
 @pytest.mark.parametrize("body", [{"messages": []}, {"messages": [{"role": "user", "content": "x"}], "n": 2},

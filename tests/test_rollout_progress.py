@@ -5,14 +5,12 @@ from __future__ import annotations
 from conftest import FACT_TASKS, FactLookup
 
 from agent_gym.env import ToolEnv
-from agent_gym.models.model_init import build_model, train_tokenizer
 from agent_gym.trainers.backends import TransformersBackend
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
 
-def test_the_rollout_bar_counts_turns_and_tokens(capsys) -> None:
-    tokenizer = train_tokenizer(["look up the capital of france and answer"] * 40, vocab_size=300)
-    model = build_model("tiny", tokenizer, seed=0).eval()
+def test_the_rollout_bar_counts_turns_and_tokens(tiny_model, capsys) -> None:
+    model, tokenizer = tiny_model
     envs = [ToolEnv(list(FACT_TASKS), [FactLookup()], max_turns=2) for _ in range(2)]
     collector = RolloutCollector(envs, TransformersBackend(model, tokenizer), tokenizer,
                                  RolloutConfig(max_new_tokens=4, max_turns=2, show_progress=True))
