@@ -23,6 +23,7 @@ import gymnasium as gym
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from agent_gym.contract import check_tool_env_contract, new_messages
+from agent_gym.episode_summary import EpisodeSummary
 
 __all__ = ["AgentGymTextEnv", "register_skyrl_env", "SKYRL_ENV_ID"]
 
@@ -77,7 +78,7 @@ class AgentGymTextEnv(BaseTextEnv):
         self.max_turns = int(extras.get("max_turns") or getattr(env.unwrapped, "max_turns", 1) or 1)
         self.chat_history: list[dict[str, Any]] = []
         self.total_reward = 0.0
-        self._last_info: dict[str, Any] = {}
+        self.summary = EpisodeSummary()
 
     def init(self, prompt: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Start the episode; return the env's first messages (system prompt and question) and metadata."""
@@ -85,7 +86,7 @@ class AgentGymTextEnv(BaseTextEnv):
         self.turns = 0
         self.total_reward = 0.0
         self.chat_history = [dict(message) for message in info["messages"]]
-        self._last_info = info
+        self.summary = EpisodeSummary.from_reset(info)
         metadata = {"task_id": info.get("task_id"), "tools": info.get("tools", []),
                     "stop_strings": info.get("stop_strings", [])}
         return [dict(message) for message in self.chat_history], metadata
@@ -95,7 +96,7 @@ class AgentGymTextEnv(BaseTextEnv):
         self.turns += 1
         _, reward, terminated, truncated, info = self.env.step(action)
         self.total_reward += float(reward)
-        self._last_info = info
+        self.summary.add_step(reward, terminated, truncated, info)
         observations = [] if terminated or truncated else [dict(message) for message in new_messages(info)]
         self.chat_history.append({"role": "assistant", "content": action})
         self.chat_history.extend(observations)
@@ -106,9 +107,12 @@ class AgentGymTextEnv(BaseTextEnv):
                                      postprocessed_action=None)
 
     def get_metrics(self) -> dict[str, Any]:
-        components = self._last_info.get("reward_components") or {}
-        metrics = {"turns": self.turns, "return": self.total_reward}
-        metrics.update({key: components[key] for key in ("em", "f1") if key in components})
+        """The episode's turns and return, and the `EpisodeSummary` metrics it reports (EM, F1, tool-call
+        validity)."""
+        metrics: dict[str, Any] = {"turns": self.turns, "return": self.total_reward}
+        for key in ("em", "f1", "tool_call_validity"):
+            if (value := getattr(self.summary, key)) is not None:
+                metrics[key] = value
         return metrics
 
     def close(self) -> None:

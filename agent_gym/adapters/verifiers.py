@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import verifiers.v1 as vf
 
+from agent_gym.episode_summary import EpisodeSummary
 from agent_gym.make import make_env
 
 __all__ = ["AgentGymEnv", "AgentGymTaskset", "ChatHarness"]
@@ -82,29 +83,26 @@ class AgentGymEnv(vf.Env[AgentGymEnvConfig]):
         taskset = self.config.taskset
         env = make_env(taskset.env_id, dict(taskset.env_kwargs))
         index = task.data.info["task_index"]
-        env.reset(seed=index, options={"task_index": index})
-        total, components = 0.0, {}
+        _, info = env.reset(seed=index, options={"task_index": index})
+        episode = EpisodeSummary.from_reset(info)
         try:
             async with agents.agent.interaction(task) as interaction:
                 segment = await interaction.turn()
                 while not segment.terminated:
                     observation, reward, terminated, truncated, info = env.step(segment.last_reply)
-                    total += float(reward)
-                    components = info.get("reward_components") or {}
+                    episode.add_step(reward, terminated, truncated, info)
                     if terminated or truncated:
                         break  # the env ended the episode: end the exchange
                     segment = await interaction.turn(observation)
                 else:  # the agent's run ended first (its turn limit): pay what the env pays for a cut
                     truncate = getattr(env.unwrapped, "truncate", None)
                     if callable(truncate):
-                        reward, info = truncate()
-                        total += float(reward)
-                        components = info.get("reward_components") or {}
+                        episode.add_truncation(*truncate())
             trace = interaction.trace
-            trace.record_reward("env_return", total, 1.0)
+            trace.record_reward("env_return", episode.reward, 1.0)
             for key in ("em", "f1"):
-                if key in components:
-                    trace.record_metric(key, float(components[key]))
+                if (value := getattr(episode, key)) is not None:
+                    trace.record_metric(key, value)
         finally:
             env.close()
 
