@@ -33,7 +33,7 @@ def tiny_model_dir_for_synthhop(tmp_path_factory: pytest.TempPathFactory) -> Pat
     from agent_gym.models.model_init import init_model, texts_from_env
 
     texts = texts_from_env("AgentR1-SynthHop-v0", num_prompts=8, env_kwargs=TINY_SYNTHHOP)
-    return init_model(texts, tmp_path_factory.mktemp("model"), preset="tiny", vocab_size=600, seed=0)
+    return init_model(texts, tmp_path_factory.mktemp("tiny") / "model", preset="tiny", vocab_size=600, seed=0)
 
 
 @pytest.fixture(scope="session")
