@@ -109,13 +109,11 @@ def test_truncate_pays_what_the_server_env_pays(url):
     remote.close()
 
 
-def test_our_trainers_rollout_collector_trains_against_a_remote_env(url):
-    from agent_gym.models.model_init import build_model, train_tokenizer
+def test_our_trainers_rollout_collector_trains_against_a_remote_env(url, tiny_model):
     from agent_gym.trainers.backends import TransformersBackend
     from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
-    tokenizer = train_tokenizer(["who what search answer tool call"] * 50, vocab_size=300)
-    model = build_model("tiny", tokenizer, seed=0).eval()
+    model, tokenizer = tiny_model
     collector = RolloutCollector([RemoteEnv(url)], TransformersBackend(model, tokenizer), tokenizer,
                                  RolloutConfig(max_new_tokens=8, max_turns=2, show_progress=False))
     trajectories = collector.collect([{"options": {"task_index": 0}}], group_size=2, seed=0)
@@ -124,16 +122,14 @@ def test_our_trainers_rollout_collector_trains_against_a_remote_env(url):
     collector.close()
 
 
-def test_our_trainer_takes_an_update_step_against_a_remote_env(url, tmp_path):
+def test_our_trainer_takes_an_update_step_against_a_remote_env(url, tiny_model_copy, tmp_path):
     import torch
 
-    from agent_gym.models.model_init import build_model, train_tokenizer
     from agent_gym.trainers.config import TrainConfig
     from agent_gym.trainers.metrics import read_metrics
     from agent_gym.trainers.trainer import Trainer
 
-    tokenizer = train_tokenizer(["who what search answer tool call"] * 50, vocab_size=300)
-    model = build_model("tiny", tokenizer, seed=0)
+    model, tokenizer = tiny_model_copy
     before = [parameter.detach().clone() for parameter in model.parameters()]
     # PPO: its whitened GAE advantages are non-zero even when both episodes score the same.
     config = TrainConfig(model="tiny", env_id="unused", algo="ppo", group_size=2, tasks_per_step=1, total_steps=1,
@@ -148,12 +144,11 @@ def test_our_trainer_takes_an_update_step_against_a_remote_env(url, tmp_path):
     assert any(not torch.equal(old, new) for old, new in zip(before, model.parameters(), strict=True))
 
 
-def test_sft_learns_from_episodes_played_on_a_remote_env(url):
+def test_sft_learns_from_episodes_played_on_a_remote_env(url, tiny_model_copy):
     # SFT needs only the contract: a teacher that reads the observation plays the remote env, and the episodes'
     # info["messages"] become training rows with the loss on the teacher's own turns. (The registered scripted
     # teachers read env.unwrapped.task and say so on a RemoteEnv: test_eval_any_env.py.)
     from agent_gym.evaluation import iter_episodes
-    from agent_gym.models.model_init import build_model, train_tokenizer
     from agent_gym.trainers.token_episode import tokenize_episode
     from agent_gym.warmstart.sft import SFTConfig, train_sft
 
@@ -167,12 +162,12 @@ def test_sft_learns_from_episodes_played_on_a_remote_env(url):
     finally:
         env.close()
     assert all(any(m["role"] == "assistant" for m in episode.messages) for episode in episodes)
-    tokenizer = train_tokenizer([m["content"] for e in episodes for m in e.messages] * 5, vocab_size=400)
+    model, tokenizer = tiny_model_copy
     examples = [tokenize_episode(tokenizer, episode.messages) for episode in episodes]
     assistant = [message["content"] for message in episodes[0].messages if message["role"] == "assistant"]
     assert tokenizer.decode([t for t, m in zip(examples[0].input_ids, examples[0].loss_mask, strict=True) if m],
                             skip_special_tokens=True).replace(" ", "") == "".join(assistant).replace(" ", "")
-    losses = train_sft(build_model("tiny", tokenizer, seed=0), tokenizer, examples,
+    losses = train_sft(model, tokenizer, examples,
                        SFTConfig(epochs=30, lr=3e-3, batch_size=4, max_length=1024), show_progress=False)
     assert losses[-1] < losses[0] / 2
 
@@ -266,12 +261,10 @@ def test_env_serve_refuses_an_unknown_env_id_with_a_usage_line(capsys):
     assert "agent-gym env serve:" in capsys.readouterr().err
 
 
-def test_agent_gym_eval_evaluates_a_model_on_a_served_env_by_id(url, tmp_path, capsys):
+def test_agent_gym_eval_evaluates_a_model_on_a_served_env_by_id(url, tiny_model_dir_for_synthhop, tmp_path, capsys):
     from agent_gym.cli import main
-    from agent_gym.models.model_init import init_model
 
-    model = init_model(["who what search answer the question"] * 30, tmp_path / "model", preset="tiny",
-                       vocab_size=300)
+    model = tiny_model_dir_for_synthhop
     code = main(["eval", "AgentGym-Remote-v0", "--model", str(model), "--episodes", "2", "--no-progress",
                  "--env-kwarg", f"base_url={url}", "--out", str(tmp_path / "eval.jsonl")])
     assert code == 0 and len((tmp_path / "eval.jsonl").read_text().splitlines()) == 2
