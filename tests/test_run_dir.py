@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -81,19 +82,19 @@ def test_sft_into_a_used_directory_is_refused_unless_overwrite(tiny_model_dir_fo
 SYNTH = {"num_pages": 60, "kinds": ["bridge"], "hops": [1, 2], "top_k": 2, "split": "all", "num_questions": 8}
 
 
-def _pretrainer(run_dir: Path, **overrides):
-    from agent_gym.models.model_init import build_model, train_tokenizer
+def _pretrainer(tiny_model, run_dir: Path, **overrides):
+    """A pretrainer of a fresh copy of the shared tiny model (each run trains its own)."""
     from agent_gym.warmstart.pretrain import PretrainConfig, Pretrainer
 
-    tokenizer = train_tokenizer(["who what search answer tool call"] * 50, vocab_size=300)
+    model, tokenizer = copy.deepcopy(tiny_model[0]), tiny_model[1]
     settings = dict(model="unused", output_dir=str(run_dir), env_kwargs=SYNTH, induction_steps=2, drill_steps=0,
                     batch_tokens=128, induction_width=64, induction_rows=2, eval_every=0, save_every=1,
                     show_progress=False, torch_threads=1)
     settings.update(overrides)
-    return Pretrainer(PretrainConfig(**settings), build_model("tiny", tokenizer, seed=0), tokenizer)
+    return Pretrainer(PretrainConfig(**settings), model, tokenizer)
 
 
-def test_pretrain_refuses_a_used_directory_and_another_runs_checkpoint(tmp_path):
+def test_pretrain_refuses_a_used_directory_and_another_runs_checkpoint(tiny_model, tmp_path):
     from agent_gym.trainers.checkpoint import CheckpointError
     from agent_gym.trainers.run_dir import RunDirectoryError
 
@@ -101,12 +102,12 @@ def test_pretrain_refuses_a_used_directory_and_another_runs_checkpoint(tmp_path)
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 7, "time": 0}\n')  # a run killed before its first checkpoint
     with pytest.raises(RunDirectoryError, match="--overwrite"):
-        _pretrainer(run).train()
+        _pretrainer(tiny_model, run).train()
     assert (run / "metrics.jsonl").read_text() == '{"step": 7, "time": 0}\n'
 
-    _pretrainer(run, overwrite=True).train()
+    _pretrainer(tiny_model, run, overwrite=True).train()
     assert [r["step"] for r in read_metrics(run)] == [1, 2]
     with pytest.raises(CheckpointError, match="seed"):
-        _pretrainer(run, seed=1, induction_steps=3).train()
+        _pretrainer(tiny_model, run, seed=1, induction_steps=3).train()
     with pytest.raises(CheckpointError, match="step 2"):
-        _pretrainer(run, induction_steps=1).train()
+        _pretrainer(tiny_model, run, induction_steps=1).train()
