@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
-import string
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +29,6 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from agent_gym.adapters.verl import AGENT_NAME, AgentGymAgentLoop  # noqa: E402
 from agent_gym.adapters.verl_dataset import verl_rows  # noqa: E402
 from agent_gym.models.chat_template import encode_text  # noqa: E402
-from agent_gym.models.model_init import build_model, train_tokenizer  # noqa: E402
 from agent_gym.trainers.backends import SamplingParams, TransformersBackend  # noqa: E402
 
 ENV_ID = "AgentR1-SynthHop-v0"
@@ -40,14 +37,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    env = gym.make(ENV_ID, **ENV_KWARGS)
-    _, info = env.reset(options={"task_index": 0})
-    rng = random.Random(0)
-    words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 7))) for _ in range(200)]
-    texts = [m["content"] for m in info["messages"]] + [" ".join(rng.choices(words, k=30)) for _ in range(200)]
-    tokenizer = train_tokenizer(texts, vocab_size=700)
-    return build_model("tiny", tokenizer, seed=0).eval(), tokenizer
+def tiny(tiny_model):
+    """The suite's shared tiny model and tokenizer (conftest; its tokenizer learned SynthHop's text)."""
+    return tiny_model
 
 
 class TransformersServerManager:
