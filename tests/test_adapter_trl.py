@@ -35,11 +35,9 @@ SMALL = {"hops": 1, "num_pages": 200, "num_questions": 10, "max_turns": 3}
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from agent_gym.models.model_init import init_model
-
-    env = gym.make(ENV, **SMALL).unwrapped
-    return str(init_model(env.corpus_texts() * 3, tmp_path_factory.mktemp("tiny"), preset="tiny", vocab_size=800))
+def model_dir(tiny_model_dir_for_synthhop):
+    """The suite's shared tiny model (conftest; its tokenizer learned SynthHop's text), as a path string."""
+    return str(tiny_model_dir_for_synthhop)
 
 
 def _config(tmp_path, **overrides) -> GRPOConfig:
