@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import lzma
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.hotpot import distractor_corpus
 
 from agent_gym.retrieval_index.base import RetrievalError, Retriever
 from agent_gym.retrieval_index.bm25 import (
@@ -23,8 +22,6 @@ from agent_gym.retrieval_index.bm25 import (
 )
 from agent_gym.retrieval_index.corpus import Document
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-HOTPOT_SAMPLE = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.sample297.json.xz"
 ENGINES = [TantivyBM25, BM25sRetriever]
 
 JUNK_QUERIES = [
@@ -42,17 +39,9 @@ JUNK_QUERIES = [
 
 
 @pytest.fixture(scope="module")
-def hotpot() -> tuple[list[Document], list[dict]]:
+def hotpot(hotpot_records: list[dict]) -> tuple[list[Document], list[dict]]:
     """The distractor corpus (context paragraphs, one per title) and the questions of the sample."""
-    if not HOTPOT_SAMPLE.is_file():
-        pytest.skip(f"HotpotQA sample not found at {HOTPOT_SAMPLE} (the shared data folder is absent)")
-    with lzma.open(HOTPOT_SAMPLE, "rt", encoding="utf-8") as handle:
-        records = json.load(handle)
-    docs: dict[str, Document] = {}
-    for record in records:
-        for title, sentences in record["context"]:
-            docs.setdefault(title, Document(f"hp{len(docs)}", title, "".join(sentences)))
-    return list(docs.values()), records
+    return distractor_corpus(hotpot_records), hotpot_records
 
 
 @pytest.fixture(scope="module", params=ENGINES, ids=lambda engine: engine.name)
