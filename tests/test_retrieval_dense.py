@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import lzma
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.hotpot import distractor_corpus
 
 from agent_gym.retrieval_index.base import Hit, RetrievalError
 from agent_gym.retrieval_index.bm25 import TantivyBM25
@@ -15,22 +14,13 @@ from agent_gym.retrieval_index.corpus import Document
 from agent_gym.retrieval_index.dense import DEFAULT_ENCODER, DenseRetriever, encoder_spec, load_encoder
 from agent_gym.retrieval_index.hybrid import HybridRetriever, reciprocal_rank_fusion
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-HOTPOT_SAMPLE = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.sample297.json.xz"
 NUM_QUESTIONS = 6  # ~60 passages: encoding runs at ~45 passages/s on 2 cores
 
 
 @pytest.fixture(scope="module")
-def hotpot() -> tuple[list[Document], list[dict]]:
-    if not HOTPOT_SAMPLE.is_file():
-        pytest.skip(f"HotpotQA sample not found at {HOTPOT_SAMPLE} (the shared data folder is absent)")
-    with lzma.open(HOTPOT_SAMPLE, "rt", encoding="utf-8") as handle:
-        records = json.load(handle)[:NUM_QUESTIONS]
-    docs: dict[str, Document] = {}
-    for record in records:
-        for title, sentences in record["context"]:
-            docs.setdefault(title, Document(f"hp{len(docs)}", title, "".join(sentences)))
-    return list(docs.values()), records
+def hotpot(hotpot_records: list[dict]) -> tuple[list[Document], list[dict]]:
+    records = hotpot_records[:NUM_QUESTIONS]
+    return distractor_corpus(records), records
 
 
 @pytest.fixture(scope="module")
