@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import lzma
 import os
 from pathlib import Path
 
 import pytest
+from support.hotpot import distractor_corpus
 
 pytest.importorskip(
     "pyserini", reason="the pyserini extra is not installed (pip install 'agent-gym[pyserini]')"
@@ -23,21 +22,11 @@ from agent_gym.retrieval_index.pyserini_backend import PyseriniBM25, configure_j
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-HOTPOT_SAMPLE = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.sample297.json.xz"
 
 
 @pytest.fixture(scope="module")
-def hotpot() -> tuple[list[Document], list[dict]]:
-    if not HOTPOT_SAMPLE.is_file():
-        pytest.skip(f"HotpotQA sample not found at {HOTPOT_SAMPLE} (the shared data folder is absent)")
-    with lzma.open(HOTPOT_SAMPLE, "rt", encoding="utf-8") as handle:
-        records = json.load(handle)
-    docs: dict[str, Document] = {}
-    for record in records:
-        for title, sentences in record["context"]:
-            docs.setdefault(title, Document(f"hp{len(docs)}", title, "".join(sentences)))
-    return list(docs.values()), records
+def hotpot(hotpot_records: list[dict]) -> tuple[list[Document], list[dict]]:
+    return distractor_corpus(hotpot_records), hotpot_records
 
 
 @pytest.fixture(scope="module")
