@@ -67,6 +67,7 @@ class ToolCallRecord(TypedDict, total=False):
     error: str | None  # why it did not run, or the tool's error message
     ok: bool  # it parsed, its arguments were valid, and the tool ran without error
     result_chars: int
+    hits: list[dict[str, Any]]  # a search's structured hits (doc_id, title, text, score), in rank order
 
 
 class StepInfo(TypedDict, total=False):
