@@ -221,3 +221,24 @@ def test_offsets_that_would_fix_every_head_of_the_first_layer_are_refused(tmp_pa
     with pytest.raises(ConfigError, match=r"would fix all 2 heads of the first layer; leave at least one free"):
         _pretrainer(tmp_path, tokenizer, previous_token_offsets=[1, 2])
     assert _pretrainer(tmp_path, tokenizer).config.previous_token_offsets == [1]
+
+
+def test_drills_are_played_in_the_envs_own_fresh_worlds(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agent_gym.make
+
+    made: list[dict] = []
+
+    class Made(Exception):
+        pass
+
+    def record(env_id: str, env_kwargs: dict) -> None:
+        made.append(dict(env_kwargs))
+        raise Made
+
+    monkeypatch.setattr(agent_gym.make, "make_env", record)
+    source = DrillSource(None, "AgentR1-SynthHop-v0", {"num_pages": 300, "world_seed": 0})
+    for index in (0, 7):
+        with pytest.raises(Made):
+            source.rows(index, tokens=10)
+    assert made == [{"num_pages": 300, "world_seed": 0, "fresh_world": 0},
+                    {"num_pages": 300, "world_seed": 0, "fresh_world": 7}]

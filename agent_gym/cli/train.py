@@ -123,9 +123,10 @@ class SFTRunArguments:
                 "measurements behind the default)"})
     drill_env_kwargs: str | None = field(default=None, metadata={
         "help": f"overrides of the env kwargs for drill envs (none: {SFT_DRILL_WORLD})", "metavar": "JSON"})
-    drill_fresh_kwarg: str = field(default="world_seed", metadata={
-        "help": "env kwarg given a new value for every step's drills (never-seen names)"})
-    drill_fresh_start: int = field(default=2_000_000, metadata={"help": "first value of it"})
+    drill_fresh_kwarg: str = field(default="fresh_world", metadata={
+        "help": "env kwarg given a new value for every step's drills (never-seen names; SynthHop's fresh_world)"})
+    # 1,000,000 on: other worlds than pretraining's drills (fresh_world 0 on), as before the option existed
+    drill_fresh_start: int = field(default=1_000_000, metadata={"help": "first value of it"})
 
 
 def add_sft_arguments(parser: argparse.ArgumentParser) -> None:

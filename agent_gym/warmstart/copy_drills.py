@@ -2,8 +2,9 @@
 
 After the induction warm-up a model can copy; a search agent must also choose *what* to copy: the topic
 entity out of the question, the bridge entity out of a result, the answer out of the last result. Drills
-teach that choice in the exact output format of the env. Every drill comes from a *fresh* env (one more
-value of a kwarg such as the synthetic world's ``world_seed``), so its names were never seen before and only
+teach that choice in the exact output format of the env. Every drill comes from a *fresh* env (the env's own
+``fresh_world=i`` option: SynthHop builds a world from seeds it reserves for this), so its names were never
+seen before and only
 copying lowers the loss on them: trained on one fixed world, a model learns name statistics instead and
 copies 0 % of never-seen names (docs/RESULTS.md).
 
@@ -73,8 +74,8 @@ class DrillSource:
     tokenizer: Any
     env_id: str
     env_kwargs: Mapping[str, Any]
-    fresh_kwarg: str = "world_seed"
-    fresh_start: int = 1_000_000
+    fresh_kwarg: str = "fresh_world"  # the env option that names a never-seen variant (envs/synthhop.py)
+    fresh_start: int = 0
     policy: str = "oracle"
     forms: Mapping[str, float] | None = None
     env_token_weight: float = 0.1

@@ -76,10 +76,11 @@ class PretrainConfig:
         default_factory=lambda: dict(DRILL_ENV_KWARGS), metadata=_help("gymnasium.make kwargs of drill envs; JSON.")
     )
     fresh_kwarg: str = field(
-        default="world_seed",
-        metadata=_help("Env kwarg set to a new value for every step's drills, so every name is new to the model."),
+        default="fresh_world",
+        metadata=_help("Env kwarg set to a new value for every step's drills, so every name is new to the model "
+                       "(SynthHop's fresh_world: a world from seeds it reserves, 1,000,000 + the value)."),
     )
-    fresh_start: int = field(default=1_000_000, metadata=_help("First value of fresh_kwarg."))
+    fresh_start: int = field(default=0, metadata=_help("First value of fresh_kwarg."))
     policy: str = field(default="oracle", metadata=_help("Scripted policy whose episodes are the drills."))
     drill_forms: dict[str, float] = field(
         default_factory=lambda: dict(DRILL_FORMS),
