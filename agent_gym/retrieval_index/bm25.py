@@ -13,19 +13,27 @@ and queries are cut at :data:`MAX_QUERY_CHARS`.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from agent_gym.retrieval_index.base import Hit, RetrievalError, Retriever
+from agent_gym.retrieval_index.base import (
+    MAX_QUERY_CHARS,
+    MAX_QUERY_TERMS,
+    Hit,
+    Retriever,
+    clean_query,
+    default_threads,
+    documents_list,
+    map_batch,
+)
 from agent_gym.retrieval_index.corpus import CorpusFile, DocStore, Document, make_hits
 
 __all__ = [
@@ -38,13 +46,12 @@ __all__ = [
     "clean_query",
 ]
 
-# Chosen by benchmarks/retrieval.py (2 shared cores; HotpotQA distractor corpus / 200k synthetic
-# pages): tantivy searched 6.4x / 3.1x Pyserini's batch q/s at 0.08x / 0.15x its peak RSS, with
-# 0.986 top-10 overlap (0.996 / 1.000 above tied scores), built 3x faster than Pyserini and bm25s,
-# and answered the first query of a fresh process in ~1 ms. bm25s's numba path is faster once
-# compiled but stalls 8-16 s on the first query of every process; our numpy bm25s path needs no
-# JIT but ran at 0.75x Pyserini's q/s on 200k pages.
-DEFAULT_BM25_BACKEND = "tantivy"
+# Chosen by benchmarks/retrieval.py (steady state, 1 thread each, 3 repeats; see benchmarks/README.md):
+# the impact engine (impact.py: precomputed BM25 weights, MaxScore pruning, numba) is the one that
+# searched >= 5x Pyserini's batch q/s at 10^5 and 10^6 documents, with Pyserini's own scores and tie
+# order (overlap >= 0.95). tantivy ran 1.5-2x Pyserini there. numba is not a core dependency: without
+# it the default is tantivy (the same BM25, within tie order).
+DEFAULT_BM25_BACKEND = "impact" if importlib.util.find_spec("numba") is not None else "tantivy"
 
 # Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET, which Pyserini's default analyzer uses.
 LUCENE_STOPWORDS = frozenset(
@@ -52,82 +59,50 @@ LUCENE_STOPWORDS = frozenset(
     "these they this to was will with".split()
 )
 
-# Lucene refuses boolean queries over 1,024 clauses; ~8k characters stays well under that for
-# any backend while keeping every realistic query whole.
-MAX_QUERY_CHARS = 8192
-
-# Batches at least this long are spread over threads. Both engines mostly release the GIL while
-# scoring (measured: a pure-Python loop keeps 80-100% of its speed beside a searching thread).
-_PARALLEL_MIN_BATCH = 16
-
-# Lucene's default BooleanQuery clause limit.
-_MAX_QUERY_TERMS = 1024
 _WORD = re.compile(r"\w+")
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def clean_query(query: object) -> str:
-    """Make any query safe to analyze: a ``str``, valid UTF-8, at most :data:`MAX_QUERY_CHARS`."""
-    if isinstance(query, bytes):
-        query = query.decode("utf-8", "replace")
-    elif not isinstance(query, str):
-        query = str(query)
-    query = query[:MAX_QUERY_CHARS]
-    # Lone surrogates ("\ud800") cannot cross into Rust or Java; replace them.
-    return query.encode("utf-8", "replace").decode("utf-8")
-
-
-def default_threads() -> int:
-    """Threads used for batched search: the CPUs this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def map_batch(function: Callable[[T], R], items: Sequence[T], threads: int) -> list[R]:
-    """``[function(x) for x in items]``, on a thread pool when the batch is large enough to pay."""
-    if threads <= 1 or len(items) < _PARALLEL_MIN_BATCH:
-        return [function(item) for item in items]
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        return list(pool.map(function, items))
-
-
-def _check_k(k: int) -> int:
-    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-        raise ValueError(f"k must be a non-negative int, got {k!r}")
-    return k
+# Unicode word-boundary rules (UAX #29) as Lucene's StandardTokenizer applies them to Latin text:
+# letters join across ' . : (can't, U.S), digits across , . ; ' (4,527,000, 3.5).
+_STANDARD_WORD = re.compile(r"\w+(?:(?:(?<=[^\W\d_])[.:'\u2019](?=[^\W\d_])|(?<=\d)[.,;'\u2019](?=\d))\w+)*")
 
 
 class EnglishAnalyzer:
-    """Lucene-like English analysis: ``\\w+`` words, lowercase, Lucene stopwords, Porter stems.
+    """Lucene-like English analysis: words, lowercase, Lucene stopwords, Porter stems.
+
+    Words are ``\\w+`` runs; with ``standard_tokens=True`` they follow Lucene's StandardTokenizer
+    and EnglishPossessiveFilter more closely (Pyserini's analysis): ``4,527,000``, ``3.5``, ``U.S``
+    and ``don't`` stay one word, and a trailing ``'s`` is dropped. Document lengths, and so BM25
+    scores and their ties, then match Lucene's on text full of numbers and possessives.
 
     Stems are cached per word (the vocabulary is small next to the token count); PyStemmer
     objects are not thread-safe, so stemming a new word takes a lock.
     """
 
-    def __init__(self, stemmer: str = "porter", max_cache: int = 2_000_000):
+    def __init__(self, stemmer: str = "porter", max_cache: int = 2_000_000, *, standard_tokens: bool = False):
         import Stemmer  # PyStemmer
 
         self.stemmer_name = stemmer
+        self.standard_tokens = standard_tokens
+        self._words = _STANDARD_WORD if standard_tokens else _WORD
         self._stemmer = Stemmer.Stemmer(stemmer)
         self._cache: dict[str, str] = {}
         self._max_cache = max_cache
         self._lock = threading.Lock()
 
     def _stem(self, word: str) -> str:
+        key = word
+        if self.standard_tokens and word.endswith(("'s", "\u2019s")):
+            word = word[:-2]  # EnglishPossessiveFilter
         with self._lock:
             if len(self._cache) >= self._max_cache:
                 self._cache.clear()
             stem = "" if word in LUCENE_STOPWORDS else self._stemmer.stemWord(word)
-            self._cache[word] = stem
+            self._cache[key] = stem
         return stem
 
     def __call__(self, text: str) -> list[str]:
         cache = self._cache
         tokens = []
-        for word in _WORD.findall(text.lower()):
+        for word in self._words.findall(text.lower()):
             stem = cache.get(word)
             if stem is None:
                 stem = self._stem(word)
@@ -139,13 +114,6 @@ class EnglishAnalyzer:
 def _reiterable(docs: Iterable[Document]) -> Iterable[Document]:
     """``docs`` itself if it can be iterated twice (a list, a CorpusFile), else a list of it."""
     return docs if isinstance(docs, Sequence | CorpusFile) else list(docs)
-
-
-def _documents_list(docs: Iterable[Document]) -> list[Document]:
-    docs = docs if isinstance(docs, list) else list(docs)
-    if not docs:
-        raise ValueError("cannot build an index over an empty corpus: it has no documents")
-    return docs
 
 
 def _top_k(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -186,7 +154,6 @@ class TantivyBM25(Retriever):
         self._analyzer = self._register_analyzer(index)
         index.reload()
         self._searcher = index.searcher()
-        self._closed = False
 
     @classmethod
     def _register_analyzer(cls, index: object) -> object:
@@ -238,7 +205,7 @@ class TantivyBM25(Retriever):
         """An in-memory index over ``docs`` (10^5 pages build in seconds)."""
         import tantivy
 
-        docs = _documents_list(docs)
+        docs = documents_list(docs)
         index = tantivy.Index(cls._schema())
         cls._fill(index, docs, show_progress)
         return cls(index, docs)
@@ -285,15 +252,13 @@ class TantivyBM25(Retriever):
     def _search_one(self, query: str, k: int) -> list[Hit]:
         # Analyze the words ourselves and OR their terms: no query syntax is interpreted, and a
         # query of stopwords only matches nothing (the query parser would turn it into match-all).
-        if k == 0:
-            return []
         terms = self._analyzer.analyze(clean_query(query))
         if not terms:
             return []
         parsed = self._tantivy.Query.boolean_query(
             [
                 (self._tantivy.Occur.Should, self._tantivy.Query.term_query(self._schema_obj, "body", term))
-                for term in terms[:_MAX_QUERY_TERMS]
+                for term in terms[:MAX_QUERY_TERMS]
             ]
         )
         result = self._searcher.search(parsed, limit=k, count=False)
@@ -303,17 +268,8 @@ class TantivyBM25(Retriever):
         rows = np.asarray(self._searcher.fast_field_values("row", [address for _, address in result.hits]))
         return make_hits(self._docs, *_top_k(rows, scores, k))  # ties in row order, as in Lucene
 
-    def search(self, queries: Sequence[str], k: int = 5) -> list[list[Hit]]:
-        if self._closed:
-            raise RetrievalError("search on a closed TantivyBM25 retriever")
-        k = _check_k(k)
-        return map_batch(lambda query: self._search_one(query, k), list(queries), self._threads)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            if isinstance(self._docs, DocStore):
-                self._docs.close()
+    def _search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        return map_batch(lambda query: self._search_one(query, k), queries, self._threads)
 
 
 # ----------------------------------------------------------------------------------------------- bm25s
@@ -349,7 +305,6 @@ class BM25sRetriever(Retriever):
         self._n_docs = int(scores["num_docs"])
         self._buffers = threading.local()
         self._threads = threads or default_threads()
-        self._closed = False
 
     @property
     def k1(self) -> float:
@@ -392,7 +347,7 @@ class BM25sRetriever(Retriever):
         show_progress: bool = False,
     ) -> BM25sRetriever:
         """An in-memory index over ``docs``."""
-        docs = _documents_list(docs)
+        docs = documents_list(docs)
         return cls(cls._index(docs, k1, b, method, stemmer, show_progress), docs, stemmer=stemmer)
 
     @classmethod
@@ -409,7 +364,7 @@ class BM25sRetriever(Retriever):
         show_progress: bool = True,
     ) -> None:
         """Write the score matrix (``out_dir/bm25s``) and, unless ``store_docs=False``, a document store."""
-        docs = _documents_list(docs)
+        docs = documents_list(docs)
         out_dir = Path(out_dir)
         model = cls._index(docs, k1, b, method, stemmer, show_progress)
         index_dir = out_dir / cls.SUBDIR
@@ -446,10 +401,8 @@ class BM25sRetriever(Retriever):
         return buffers
 
     def _search_one(self, query: str, k: int) -> list[Hit]:
-        if k == 0:
-            return []
         term_ids = [self._vocab.get(token, -1) for token in self._analyzer(clean_query(query))]
-        term_ids = [term for term in term_ids if 0 <= term < self._n_terms][:_MAX_QUERY_TERMS]
+        term_ids = [term for term in term_ids if 0 <= term < self._n_terms][:MAX_QUERY_TERMS]
         postings = [(self._indptr[term], self._indptr[term + 1]) for term in term_ids]
         postings = [(start, end) for start, end in postings if end > start]
         if not postings:
@@ -481,14 +434,5 @@ class BM25sRetriever(Retriever):
         buffer[rows] = 0.0
         return rows, scores
 
-    def search(self, queries: Sequence[str], k: int = 5) -> list[list[Hit]]:
-        if self._closed:
-            raise RetrievalError("search on a closed BM25sRetriever")
-        k = _check_k(k)
-        return map_batch(lambda query: self._search_one(query, k), list(queries), self._threads)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            if isinstance(self._docs, DocStore):
-                self._docs.close()
+    def _search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        return map_batch(lambda query: self._search_one(query, k), queries, self._threads)

@@ -1,7 +1,7 @@
 """Build an index from a corpus file, reopen it safely, or make a retriever straight from documents.
 
-Backends: ``bm25`` (the embedded default engine, :data:`DEFAULT_BM25_BACKEND`), ``tantivy``,
-``bm25s``, ``pyserini``, ``dense`` (FAISS + sentence-transformers) and ``hybrid`` (RRF of a BM25
+Backends: ``bm25`` (the embedded default engine, :data:`DEFAULT_BM25_BACKEND`), ``impact``,
+``tantivy``, ``bm25s``, ``pyserini``, ``dense`` (FAISS + sentence-transformers) and ``hybrid`` (RRF of a BM25
 engine and a dense index). An index directory holds ``manifest.json``, the document store
 (``docs.jsonl`` + offsets) and one subdirectory per engine.
 """
@@ -33,21 +33,23 @@ __all__ = [
     "resolve_backend",
 ]
 
-BACKENDS = ("bm25", "tantivy", "bm25s", "pyserini", "dense", "hybrid")
-SPARSE_BACKENDS = ("tantivy", "bm25s", "pyserini")
+BACKENDS = ("bm25", "impact", "tantivy", "bm25s", "pyserini", "dense", "hybrid")
+SPARSE_BACKENDS = ("impact", "tantivy", "bm25s", "pyserini")
 # Engines whose build streams the corpus instead of holding it in memory (bm25s keeps every
-# document's token ids; dense encodes in one pass).
-STREAMING_ENGINES = ("tantivy", "pyserini")
+# document's token ids; dense encodes in one pass; impact reads the corpus once, keeping its postings).
+STREAMING_ENGINES = ("impact", "tantivy", "pyserini")
 
 # Parameters each backend accepts; build-time ones shape the index, search-time ones are stored in
 # the manifest and used as defaults when the index is opened.
 _BUILD_PARAMS: dict[str, set[str]] = {
+    "impact": {"k1", "b", "stemmer"},
     "tantivy": set(),
     "bm25s": {"k1", "b", "method", "stemmer"},
     "pyserini": {"threads", "heap"},
     "dense": {"faiss_index", "m", "ef_construction", "nlist", "pq_m", "nbits"},
 }
 _SEARCH_PARAMS: dict[str, set[str]] = {
+    "impact": set(),
     "tantivy": set(),
     "bm25s": set(),
     "pyserini": {"k1", "b"},
@@ -55,7 +57,7 @@ _SEARCH_PARAMS: dict[str, set[str]] = {
 }
 # tantivy (0.27, Python and Rust) hard-codes its BM25 constants: upstream issue quickwit-oss/tantivy#2195.
 _TANTIVY_BM25_HINT = ("tantivy fixes k1=1.2, b=0.75 (Lucene's defaults); for other BM25 parameters (Pyserini's "
-                      "k1=0.9, b=0.4, say) use --backend bm25s or pyserini")
+                      "k1=0.9, b=0.4, say) use --backend impact, bm25s or pyserini")
 
 
 def _unknown_params_message(backend: str, unknown: set[str], allowed: set[str], engine: str) -> str:
@@ -98,6 +100,10 @@ def _split_params(backend: str, params: dict[str, Any]) -> tuple[str, dict[str, 
 
 
 def _sparse_class(engine: str) -> type:
+    if engine == "impact":
+        from agent_gym.retrieval_index.impact import ImpactBM25  # numba: import only when used
+
+        return ImpactBM25
     if engine == "tantivy":
         return TantivyBM25
     if engine == "bm25s":
@@ -234,9 +240,9 @@ def build_index(
     build leaves nothing behind and an earlier index at ``out_dir`` untouched. Document ids must be unique
     (they name the hits); a corpus that repeats one is refused before any engine indexes it.
 
-    ``params`` go to the engine: bm25s ``k1, b, method, stemmer``; pyserini ``threads, heap, k1, b``;
-    dense ``faiss_index`` (flat | hnsw | ivfpq), ``m, ef_construction, nlist, pq_m, nbits``,
-    ``ef_search, nprobe``;
+    ``params`` go to the engine: impact ``k1, b, stemmer``; bm25s ``k1, b, method, stemmer``;
+    pyserini ``threads, heap, k1, b``; dense ``faiss_index`` (flat | hnsw | ivfpq),
+    ``m, ef_construction, nlist, pq_m, nbits``, ``ef_search, nprobe``;
     hybrid ``sparse`` (a BM25 engine), ``k_rrf`` and any of those. tantivy takes none (its BM25 constants
     are fixed).
 

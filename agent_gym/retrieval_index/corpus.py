@@ -29,6 +29,13 @@ import numpy as np
 from agent_gym.jsonl import iter_jsonl
 from agent_gym.retrieval_index.base import Hit, IndexCorruptError
 
+try:  # decodes a document line in ~1.6 us where json.loads takes ~3.6 us (measured, 100k-page store)
+    from msgspec.json import Decoder as _Decoder
+
+    _decode_json = _Decoder().decode
+except ImportError:  # msgspec comes with the retrieval extra
+    _decode_json = json.loads
+
 __all__ = [
     "CorpusFile",
     "Document",
@@ -179,7 +186,8 @@ class DocStore(Sequence[Document]):
                 f"no document store in {directory} (expected {self.DATA} and {self.OFFSETS})"
             )
         try:
-            self._offsets = np.load(offsets_path, mmap_mode="r")
+            # A plain ndarray view: indexing an np.memmap builds a memmap scalar each time (measured 2x slower).
+            self._offsets = np.load(offsets_path, mmap_mode="r").view(np.ndarray)
         except ValueError as error:  # a cut .npy does not parse
             raise IndexCorruptError(f"{offsets_path} is truncated or corrupt ({error}); {_REBUILD}") from None
         self._file = open(data_path, "rb")
@@ -224,9 +232,27 @@ class DocStore(Sequence[Document]):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(f"document row {index} out of range (store has {len(self)})")
-        start, end = int(self._offsets[index]), int(self._offsets[index + 1])
-        record = json.loads(self._map[start:end])
+        record = self._record(index)
         return Document(id=record["id"], title=record["title"], text=record["text"])
+
+    def _record(self, row: int) -> dict[str, Any]:
+        line = self._map[int(self._offsets[row]) : int(self._offsets[row + 1])]
+        try:
+            return _decode_json(line)
+        except ValueError:  # msgspec is stricter than json (lone surrogate escapes): let json decide
+            return json.loads(line)
+
+    def hits(self, rows: Iterable[int], scores: Iterable[float]) -> list[Hit]:
+        """:func:`make_hits` for this store, without building a :class:`Document` per hit."""
+        count = len(self)
+        hits = []
+        for row, score in zip(rows, scores, strict=True):
+            row = int(row)
+            if not 0 <= row < count:
+                raise IndexError(f"document row {row} out of range (store has {count})")
+            record = self._record(row)
+            hits.append(Hit(id=record["id"], title=record["title"], text=record["text"], score=float(score)))
+        return hits
 
     def close(self) -> None:
         """Release the memory map and file handle; idempotent."""
@@ -238,6 +264,8 @@ class DocStore(Sequence[Document]):
 
 def make_hits(docs: Sequence[Document], rows: Iterable[int], scores: Iterable[float]) -> list[Hit]:
     """Turn index row numbers and scores into :class:`Hit` records, in the order given."""
+    if isinstance(docs, DocStore):
+        return docs.hits(rows, scores)
     hits = []
     for row, score in zip(rows, scores, strict=True):
         doc = docs[int(row)]

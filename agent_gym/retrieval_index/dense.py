@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent_gym.retrieval_index.base import Hit, RetrievalError, Retriever
-from agent_gym.retrieval_index.bm25 import _check_k, clean_query
+from agent_gym.retrieval_index.base import Hit, RetrievalError, Retriever, clean_query
 from agent_gym.retrieval_index.corpus import DocStore, Document, make_hits
 
 __all__ = [
@@ -234,7 +233,6 @@ class DenseRetriever(Retriever):
         if faiss_index != "hnsw" and (use_gpu or use_gpu is None) and faiss.get_num_gpus() > 0:
             index = faiss.index_cpu_to_all_gpus(index)  # faiss-gpu; HNSW has no GPU version
         self._index = index
-        self._closed = False
 
     @staticmethod
     def _vectors(
@@ -360,22 +358,10 @@ class DenseRetriever(Retriever):
             use_gpu=use_gpu,
         )
 
-    def search(self, queries: Sequence[str], k: int = 5) -> list[list[Hit]]:
-        if self._closed:
-            raise RetrievalError("search on a closed DenseRetriever")
-        k = _check_k(k)
-        queries = list(queries)
-        if not queries or k == 0:
-            return [[] for _ in queries]
+    def _search(self, queries: list[str], k: int) -> list[list[Hit]]:
         scores, rows = self._index.search(self.encoder.encode_queries(queries), min(k, self._index.ntotal))
         results = []
         for query_scores, query_rows in zip(scores, rows, strict=True):
             keep = query_rows >= 0  # FAISS pads with -1 when fewer than k neighbours are found
             results.append(make_hits(self._docs, query_rows[keep], query_scores[keep]))
         return results
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            if isinstance(self._docs, DocStore):
-                self._docs.close()

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent_gym.retrieval_index.base import Hit, RetrievalError, Retriever
-from agent_gym.retrieval_index.bm25 import _check_k
+from agent_gym.retrieval_index.base import Hit, Retriever
 
 __all__ = ["HybridRetriever", "reciprocal_rank_fusion"]
 
@@ -46,22 +45,13 @@ class HybridRetriever(Retriever):
         self.first, self.second = first, second
         self.k_rrf = float(k_rrf)
         self.depth = int(depth)
-        self._closed = False
 
-    def search(self, queries: Sequence[str], k: int = 5) -> list[list[Hit]]:
-        if self._closed:
-            raise RetrievalError("search on a closed HybridRetriever")
-        k = _check_k(k)
-        queries = list(queries)
-        if k == 0:
-            return [[] for _ in queries]
+    def _search(self, queries: list[str], k: int) -> list[list[Hit]]:
         depth = max(k, self.depth)
         first = self.first.search(queries, depth)
         second = self.second.search(queries, depth)
         return [reciprocal_rank_fusion((a, b), k, self.k_rrf) for a, b in zip(first, second, strict=True)]
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.first.close()
-            self.second.close()
+    def _release(self) -> None:
+        self.first.close()
+        self.second.close()

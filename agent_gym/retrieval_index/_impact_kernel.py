@@ -1,0 +1,304 @@
+"""The numba kernel of :mod:`agent_gym.retrieval_index.impact`: MaxScore top-k over impact postings.
+
+Imported only by that module (numba is optional). ``cache=True`` writes the compiled code to
+numba's cache, so only the first process on a machine compiles it.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _advance(postings: np.ndarray, position: int, end: int, target: int) -> int:
+    """First position in ``[position, end)`` whose row is ``>= target`` (galloping, then binary search)."""
+    if position >= end or postings[position] >= target:
+        return position
+    step = 1
+    low = position
+    high = position + 1
+    while high < end and postings[high] < target:
+        low = high
+        step *= 2
+        high = position + step
+    if high > end:
+        high = end
+    # postings[low] < target; the answer lies in (low, high].
+    low += 1
+    while low < high:
+        middle = (low + high) // 2
+        if postings[middle] < target:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+# Rows of the shortest query lists scored exactly before the main pass (see _search_one).
+_PREPASS_BUDGET = 256
+# Rows per window of the main pass: its score buffer (float64) stays in the L1 cache.
+_WINDOW = 4096
+# A window with fewer essential postings than _WINDOW / _SPARSE_RATIO is scored row by row.
+_SPARSE_RATIO = 32
+# The buffer scan compares float32 sums against the k-th score rounded to float32: a hair lower, so
+# rounding never hides a row that ties it (the exact comparison follows).
+_CUTOFF_SLACK = 1.0 - 1e-6
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _better(score: float, row: int, other_score: float, other_row: int) -> bool:
+    """Whether a hit ranks above another: higher score, or the same score and a lower row (Lucene's order)."""
+    return score > other_score or (score == other_score and row < other_row)
+
+
+@numba.njit(cache=True, nogil=True)
+def _offer(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int, k: int, score: float, row: int) -> int:
+    """Put a hit into the top-``k`` min-heap (worst at the root) if it belongs there; return the new size."""
+    if size < k:
+        child = size
+        heap_scores[child] = score
+        heap_rows[child] = row
+        while child > 0:
+            parent = (child - 1) // 2
+            if _better(heap_scores[parent], heap_rows[parent], heap_scores[child], heap_rows[child]):
+                heap_scores[child], heap_scores[parent] = heap_scores[parent], heap_scores[child]
+                heap_rows[child], heap_rows[parent] = heap_rows[parent], heap_rows[child]
+                child = parent
+            else:
+                break
+        return size + 1
+    if not _better(score, row, heap_scores[0], heap_rows[0]):
+        return size
+    heap_scores[0] = score
+    heap_rows[0] = row
+    _sift_down(heap_scores, heap_rows, size)
+    return size
+
+
+@numba.njit(cache=True, nogil=True)
+def _offer_new(
+    heap_scores: np.ndarray, heap_rows: np.ndarray, size: int, k: int, score: float, row: int, seeded: np.ndarray
+) -> int:
+    """:func:`_offer`, for a row not among the ``seeded`` ones the first pass already offered."""
+    if size == k and not _better(score, row, heap_scores[0], heap_rows[0]):
+        return size
+    if len(seeded) > 0:
+        found = np.searchsorted(seeded, row)
+        if found < len(seeded) and seeded[found] == row:
+            return size
+    return _offer(heap_scores, heap_rows, size, k, score, row)
+
+
+@numba.njit(cache=True, nogil=True)
+def _sift_down(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int) -> None:
+    """Restore the min-heap (the worst hit at the root) downwards from the root."""
+    parent = 0
+    while True:
+        left = 2 * parent + 1
+        if left >= size:
+            return
+        worst = left
+        right = left + 1
+        if right < size and _better(heap_scores[left], heap_rows[left], heap_scores[right], heap_rows[right]):
+            worst = right
+        if _better(heap_scores[parent], heap_rows[parent], heap_scores[worst], heap_rows[worst]):
+            heap_scores[worst], heap_scores[parent] = heap_scores[parent], heap_scores[worst]
+            heap_rows[worst], heap_rows[parent] = heap_rows[parent], heap_rows[worst]
+            parent = worst
+        else:
+            return
+
+
+@numba.njit(cache=True, nogil=True)
+def _search_one(
+    terms: np.ndarray,
+    offsets: np.ndarray,
+    postings: np.ndarray,
+    impacts: np.ndarray,
+    term_max: np.ndarray,
+    k: int,
+    out_rows: np.ndarray,
+    out_scores: np.ndarray,
+    buffer: np.ndarray,
+) -> int:
+    # A repeated query word counts once per occurrence, as in Lucene's boolean query: merge
+    # repeats into one posting list with a multiplier.
+    sorted_terms = np.sort(terms)
+    unique = 0
+    multiplier = np.zeros(len(sorted_terms), dtype=np.float64)
+    merged = np.empty(len(sorted_terms), dtype=np.int64)
+    for i in range(len(sorted_terms)):
+        if unique > 0 and merged[unique - 1] == sorted_terms[i]:
+            multiplier[unique - 1] += 1.0
+        else:
+            merged[unique] = sorted_terms[i]
+            multiplier[unique] = 1.0
+            unique += 1
+    # Order the lists by their largest contribution, smallest first: a prefix of them is the
+    # "non-essential" set whose summed maxima cannot reach the k-th score.
+    upper = np.empty(unique, dtype=np.float64)
+    for i in range(unique):
+        upper[i] = term_max[merged[i]] * multiplier[i]
+    order = np.argsort(upper, kind="mergesort")
+    m = unique
+    position = np.empty(m, dtype=np.int64)
+    end = np.empty(m, dtype=np.int64)
+    weight = np.empty(m, dtype=np.float64)
+    bound = np.empty(m, dtype=np.float64)  # bound[i]: sum of upper[order[0..i]]
+    running = 0.0
+    for slot in range(m):
+        term = merged[order[slot]]
+        position[slot] = offsets[term]
+        end[slot] = offsets[term + 1]
+        weight[slot] = multiplier[order[slot]]
+        running += upper[order[slot]]
+        bound[slot] = running
+    heap_scores = np.empty(k, dtype=np.float64)
+    heap_rows = np.empty(k, dtype=np.int64)
+    size = 0
+    # Start from a threshold near the final one: score exactly every row of the shortest lists
+    # (the rare words, usually the answer's name) before the document-at-a-time pass. Without it
+    # the k-th score rises only as rare rows turn up in row order, and the long lists of common
+    # words are walked almost to the end.
+    by_length = np.argsort(end - position, kind="mergesort")
+    total = 0
+    chosen = 0
+    while chosen < m and total + end[by_length[chosen]] - position[by_length[chosen]] <= _PREPASS_BUDGET:
+        total += end[by_length[chosen]] - position[by_length[chosen]]
+        chosen += 1
+    gathered = np.empty(total, dtype=np.int64)
+    filled = 0
+    for i in range(chosen):
+        slot = by_length[i]
+        for at in range(position[slot], end[slot]):
+            gathered[filled] = postings[at]
+            filled += 1
+    seeded = np.unique(gathered)
+    cursor = position.copy()
+    for row in seeded:
+        score = 0.0
+        for slot in range(m):
+            at = _advance(postings, cursor[slot], end[slot], row)
+            cursor[slot] = at
+            if at < end[slot] and postings[at] == row:
+                score += impacts[at] * weight[slot]
+        size = _offer(heap_scores, heap_rows, size, k, score, row)
+    threshold = heap_scores[0] if size == k else -1.0  # BM25 weights are positive
+    first_essential = 0
+    while size == k and first_essential < m and bound[first_essential] < threshold:
+        first_essential += 1
+    # Windows of rows, each started at the next row of an "essential" list (one whose words can
+    # still lift a document past the k-th score). The essential lists are added into a dense
+    # window buffer, term at a time: a sequential add costs about a nanosecond per posting, a
+    # galloping lookup ten or more. Rows that only the other lists touch score at most their
+    # summed maxima, below the k-th score, so they never need scoring.
+    no_row = np.int64(1) << 40
+    window_start = np.empty(m, dtype=np.int64)
+    while first_essential < m:
+        base = no_row
+        for slot in range(first_essential, m):
+            if position[slot] < end[slot] and postings[position[slot]] < base:
+                base = postings[position[slot]]
+        if base == no_row:
+            break
+        limit = base + _WINDOW
+        essential_count = 0
+        largest = np.float32(0.0)  # the window's best sum: scores only grow, so the last value of each row
+        for slot in range(first_essential, m):
+            at = position[slot]
+            window_start[slot] = at
+            stop = end[slot]
+            scale = np.float32(weight[slot])
+            while at < stop and postings[at] < limit:
+                offset = postings[at] - base
+                buffer[offset] += impacts[at] * scale
+                largest = max(largest, buffer[offset])
+                at += 1
+            essential_count += at - window_start[slot]
+            position[slot] = at
+        if essential_count * _SPARSE_RATIO < _WINDOW:
+            # Few rows: score each, in row order, with galloping lookups into the other lists.
+            candidates = np.empty(essential_count, dtype=np.int64)
+            filled = 0
+            for slot in range(first_essential, m):
+                for at in range(window_start[slot], position[slot]):
+                    candidates[filled] = postings[at]
+                    filled += 1
+            candidates.sort()
+            for row in candidates:
+                score = buffer[row - base]
+                if score == 0.0:
+                    continue  # a repeat of a row already taken
+                buffer[row - base] = 0.0
+                for slot in range(first_essential - 1, -1, -1):
+                    if score + bound[slot] < threshold:
+                        break
+                    at = _advance(postings, position[slot], end[slot], row)
+                    position[slot] = at
+                    if at < end[slot] and postings[at] == row:
+                        score += impacts[at] * weight[slot]
+                size = _offer_new(heap_scores, heap_rows, size, k, score, row, seeded)
+        else:
+            # Dense window: add the other lists too, then scan the buffer for rows above the k-th.
+            for slot in range(first_essential - 1, -1, -1):
+                at = _advance(postings, position[slot], end[slot], base)
+                stop = end[slot]
+                scale = np.float32(weight[slot])
+                while at < stop and postings[at] < limit:
+                    offset = postings[at] - base
+                    buffer[offset] += impacts[at] * scale
+                    largest = max(largest, buffer[offset])
+                    at += 1
+                position[slot] = at
+            cutoff = np.float32(heap_scores[0] * _CUTOFF_SLACK) if size == k else np.float32(0.0)
+            # Once the k-th score is settled, most windows hold no row above it: only the others are
+            # walked row by row.
+            if largest >= cutoff and largest > 0.0:
+                for offset in range(_WINDOW):
+                    if buffer[offset] >= cutoff and buffer[offset] > 0.0:
+                        size = _offer_new(heap_scores, heap_rows, size, k, buffer[offset], base + offset, seeded)
+                        if size == k:
+                            cutoff = np.float32(heap_scores[0] * _CUTOFF_SLACK)
+            buffer[:] = 0.0
+        if size == k:
+            threshold = heap_scores[0]
+            while first_essential < m and bound[first_essential] < threshold:
+                first_essential += 1
+    # Best first (insertion sort: k is small).
+    for rank in range(1, size):
+        score = heap_scores[rank]
+        row = heap_rows[rank]
+        back = rank - 1
+        while back >= 0 and _better(score, row, heap_scores[back], heap_rows[back]):
+            heap_scores[back + 1] = heap_scores[back]
+            heap_rows[back + 1] = heap_rows[back]
+            back -= 1
+        heap_scores[back + 1] = score
+        heap_rows[back + 1] = row
+    for rank in range(size):
+        out_rows[rank] = heap_rows[rank]
+        out_scores[rank] = heap_scores[rank]
+    return size
+
+
+@numba.njit(cache=True, nogil=True)
+def search_batch(
+    query_terms: np.ndarray,
+    query_starts: np.ndarray,
+    offsets: np.ndarray,
+    postings: np.ndarray,
+    impacts: np.ndarray,
+    term_max: np.ndarray,
+    k: int,
+    out_rows: np.ndarray,
+    out_scores: np.ndarray,
+    out_counts: np.ndarray,
+) -> None:
+    """Top ``k`` rows and scores of each query (its term ids are ``query_terms[starts[q]:starts[q+1]]``)."""
+    buffer = np.zeros(_WINDOW, dtype=np.float32)
+    for query in range(len(query_starts) - 1):
+        terms = query_terms[query_starts[query] : query_starts[query + 1]]
+        out_counts[query] = _search_one(
+            terms, offsets, postings, impacts, term_max, k, out_rows[query], out_scores[query], buffer
+        )

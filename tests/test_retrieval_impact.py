@@ -1,0 +1,156 @@
+"""The impact engine (MaxScore over precomputed BM25 impacts) returns exactly the exhaustive BM25 top k."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+from agent_gym.retrieval_index.base import RetrievalError  # noqa: E402
+from agent_gym.retrieval_index.bm25 import EnglishAnalyzer  # noqa: E402
+from agent_gym.retrieval_index.corpus import Document  # noqa: E402
+from agent_gym.retrieval_index.impact import ImpactBM25, Vocabulary, lucene_norm_length  # noqa: E402
+
+WORDS = ["river", "city", "born", "year", "film", "director", "music", "band", "album", "school", "war",
+         "king", "queen", "island", "lake", "mountain", "river", "river", "city", "city", "born"]
+
+
+def _corpus(count: int, seed: int) -> list[Document]:
+    rng = random.Random(seed)
+    docs = []
+    for row in range(count):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(1, 30))]
+        if rng.random() < 0.05:
+            words.append(f"rare{rng.randint(0, 20)}")
+        docs.append(Document(id=f"d{row}", title=f"T{row}", text=" ".join(words)))
+    return docs
+
+
+class _Exhaustive:
+    """BM25 of every document, Lucene's formula and one-byte lengths, ties to the lower row: the reference."""
+
+    def __init__(self, docs: list[Document], k1: float = 1.2, b: float = 0.75) -> None:
+        self.analyzer = EnglishAnalyzer(standard_tokens=True)
+        self.ids = [doc.id for doc in docs]
+        self.tokens = [Counter(self.analyzer(doc.contents)) for doc in docs]
+        exact = [sum(tf.values()) for tf in self.tokens]
+        self.lengths = lucene_norm_length(np.array(exact)).tolist()
+        self.with_words = sum(1 for length in exact if length)
+        self.avgdl = sum(exact) / self.with_words
+        self.df = Counter(term for tf in self.tokens for term in tf)
+        self.k1, self.b = k1, b
+
+    def search(self, query: str, k: int) -> list[tuple[str, float]]:
+        terms = self.analyzer(query)
+        scored = []
+        for row, tf in enumerate(self.tokens):
+            score = 0.0
+            for term in terms:
+                if tf[term]:
+                    idf = math.log(1 + (self.with_words - self.df[term] + 0.5) / (self.df[term] + 0.5))
+                    norm = self.k1 * (1 - self.b + self.b * self.lengths[row] / self.avgdl)
+                    score += idf * tf[term] / (tf[term] + norm)
+            if score > 0:
+                scored.append((-score, row))
+        scored.sort()
+        return [(self.ids[row], -negative) for negative, row in scored[:k]]
+
+
+@pytest.mark.parametrize(("seed", "count"), [(0, 3000), (1, 3000), (2, 20000)])
+def test_impact_search_equals_exhaustive_bm25(seed: int, count: int) -> None:
+    # 20,000 documents span several of the kernel's 4,096-row windows, sparse and dense ones.
+    docs = _corpus(count, seed)
+    reference = _Exhaustive(docs)
+    rng = random.Random(seed + 100)
+    queries = [" ".join(rng.choice(WORDS + ["rare3", "rare7", "unknownword"]) for _ in range(rng.randint(1, 8)))
+               for _ in range(40)]
+    with ImpactBM25.from_documents(docs) as retriever:
+        results = retriever.search(queries, k=10)
+    for query, hits in zip(queries, results, strict=True):
+        expected = reference.search(query, 10)
+        assert [hit.score for hit in hits] == pytest.approx([score for _, score in expected], rel=1e-5)
+        # Same scores; the ids agree except where float rounding reorders exact ties.
+        exact = {doc_id for doc_id, score in expected if score > expected[-1][1] * (1 + 1e-5)}
+        assert exact <= {hit.id for hit in hits}
+
+
+def test_impact_ties_rank_in_corpus_order() -> None:
+    docs = [Document(id=f"d{row}", title="", text="same words here") for row in range(50)]
+    with ImpactBM25.from_documents(docs) as retriever:
+        hits = retriever.search_one("same words", k=5)
+    assert [hit.id for hit in hits] == ["d0", "d1", "d2", "d3", "d4"]
+
+
+def test_impact_repeated_query_word_counts_twice_as_in_lucene() -> None:
+    docs = _corpus(500, 3)
+    with ImpactBM25.from_documents(docs) as retriever:
+        once = retriever.search_one("river", k=3)
+        twice = retriever.search_one("river river", k=3)
+    assert [hit.score * 2 for hit in once] == pytest.approx([hit.score for hit in twice], rel=1e-6)
+
+
+def test_impact_answers_any_query_without_raising() -> None:
+    docs = _corpus(200, 4)
+    odd = ["", "   ", "the and of", "\ud800 river", "x" * 100_000, "AND OR NOT: (river", "rare1 " * 2000, "ß∂ƒ"]
+    with ImpactBM25.from_documents(docs) as retriever:
+        results = retriever.search(odd, k=5)
+    assert len(results) == len(odd)
+    assert results[0] == [] and results[2] == []
+    assert all(len(hits) <= 5 for hits in results)
+
+
+def test_impact_returns_fewer_hits_when_fewer_documents_match() -> None:
+    docs = [Document("a", "", "alpha beta"), Document("b", "", "gamma"), Document("c", "", "alpha")]
+    with ImpactBM25.from_documents(docs) as retriever:
+        assert [hit.id for hit in retriever.search_one("alpha", k=10)] == ["c", "a"]
+        assert retriever.search_one("alpha", k=0) == []
+
+
+def test_impact_threads_give_the_same_results_as_one_thread() -> None:
+    docs = _corpus(2000, 5)
+    queries = [f"{WORDS[i % len(WORDS)]} {WORDS[(3 * i) % len(WORDS)]} rare{i % 20}" for i in range(100)]
+    one = ImpactBM25.from_documents(docs)
+    one._threads = 1
+    two = ImpactBM25.from_documents(docs)
+    two._threads = 2
+    assert one.search(queries, k=7) == two.search(queries, k=7)
+
+
+def test_impact_index_written_and_reopened_searches_the_same(tmp_path) -> None:
+    docs = _corpus(800, 6)
+    ImpactBM25.build(docs, tmp_path, show_progress=False)
+    queries = ["river city", "rare4 born", "film director music"]
+    with ImpactBM25.open(tmp_path) as opened, ImpactBM25.from_documents(docs) as in_memory:
+        assert opened.search(queries, k=10) == in_memory.search(queries, k=10)
+
+
+def test_impact_search_after_close_is_a_retrieval_error() -> None:
+    retriever = ImpactBM25.from_documents(_corpus(10, 7))
+    retriever.close()
+    retriever.close()  # idempotent
+    with pytest.raises(RetrievalError):
+        retriever.search(["river"])
+
+
+def test_lucene_norm_length_keeps_short_lengths_and_four_bits_of_long_ones() -> None:
+    assert lucene_norm_length(np.array([0, 5, 23, 24, 31, 32, 45, 100])).tolist() == [0, 5, 23, 24, 31, 32, 44, 96]
+
+
+def test_impact_refuses_an_empty_corpus() -> None:
+    with pytest.raises(ValueError, match="empty corpus"):
+        ImpactBM25.from_documents([])
+
+
+def test_vocabulary_finds_every_word_it_was_built_from_and_no_other(tmp_path) -> None:
+    words = [f"word{i}" for i in range(5000)] + ["naïve", "4,527,000", "u.s"]
+    vocab, renumber = Vocabulary.build(words)
+    vocab.save(tmp_path)
+    reopened = Vocabulary.load(tmp_path, vocab.salt)
+    assert reopened.lookup(words) == renumber.tolist()
+    assert sorted(renumber.tolist()) == list(range(len(words)))
+    assert reopened.lookup(["word5000", "", "naive"]) == [-1, -1, -1]
