@@ -9,15 +9,11 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from support.data import DATA_DIR, HOTPOT_SAMPLE, MUSIQUE_SAMPLE, SEARCH_R1_PARQUET, TWOWIKI_SAMPLE
 
 import agent_gym  # noqa: F401  (registers the ids)
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-TWOWIKI = DATA / "2wikimultihopqa" / "dev.sample657.json.xz"
-MUSIQUE = DATA / "musique" / "musique_ans_v1.0_dev.sample200.jsonl.xz"
-HOTPOT = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.sample297.json.xz"
-PARQUET = DATA / "search_r1_format" / "test.parquet"
-needs_samples = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data samples not found at {DATA}")
+needs_samples = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"shared data samples not found at {DATA_DIR}")
 STRANGE_VOYAGE = "298f23b8088a11ebbd6eac1f6bf848b6"  # answer "El Extraño Viaje", Wikidata Q5352428
 
 
@@ -25,7 +21,7 @@ STRANGE_VOYAGE = "298f23b8088a11ebbd6eac1f6bf848b6"  # answer "El Extraño Viaje
 def test_2wiki_env_takes_aliases_path_and_scores_an_alias_as_the_official_scorer_does(tmp_path: Path) -> None:
     aliases = tmp_path / "my_aliases.json"
     aliases.write_text(json.dumps({"Q_id": "Q5352428", "aliases": ["The Strange Voyage"], "demonyms": []}) + "\n")
-    env = gym.make("AgentR1-2WikiMultihopQA-v0", data_path=str(TWOWIKI), limit=3, aliases_path=str(aliases))
+    env = gym.make("AgentR1-2WikiMultihopQA-v0", data_path=str(TWOWIKI_SAMPLE), limit=3, aliases_path=str(aliases))
     env.reset(options={"task_id": STRANGE_VOYAGE})
     _, _, terminated, _, info = env.step("<answer>The Strange Voyage</answer>")
     assert terminated and info["reward_components"]["em"] == 1.0
@@ -36,7 +32,7 @@ def test_2wiki_without_aliases_warns_once(tmp_path: Path) -> None:
     from agent_gym.envs.datasets import load_dataset
 
     copy = tmp_path / "dev.json.xz"  # a path of its own: no other test has warned about it
-    copy.write_bytes(TWOWIKI.read_bytes())
+    copy.write_bytes(TWOWIKI_SAMPLE.read_bytes())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         load_dataset("2wikimultihopqa", data_path=copy, limit=2)
@@ -63,7 +59,7 @@ def test_musique_full_loads_and_leaves_the_unanswerable_copies_out_of_the_tasks(
     from agent_gym.envs.datasets import load_dataset
 
     full = []
-    for record in _xz_lines(MUSIQUE)[:4]:  # MuSiQue-Full: each question twice under one id
+    for record in _xz_lines(MUSIQUE_SAMPLE)[:4]:  # MuSiQue-Full: each question twice under one id
         unanswerable = dict(record, answerable=False,
                             paragraphs=[dict(p, is_supporting=False) for p in record["paragraphs"]])
         full += [record, unanswerable]
@@ -105,7 +101,7 @@ def test_a_tool_env_scores_each_task_by_its_own_rule(make_fact_env) -> None:
 def test_search_r1_parquet_rows_carry_their_sources_rule() -> None:
     from agent_gym.envs.datasets import load_searchr1_parquet
 
-    tasks = load_searchr1_parquet(PARQUET, data_source=["2wiki", "nq"])
+    tasks = load_searchr1_parquet(SEARCH_R1_PARQUET, data_source=["2wiki", "nq"])
     assert {task.kind: task.metadata["answer_rule"] for task in tasks} == {"2wiki": "2wikimultihopqa",
                                                                             "nq": "squad"}
 
@@ -115,6 +111,6 @@ def test_a_distractor_file_given_with_the_fullwiki_setting_is_refused() -> None:
     from agent_gym.envs.datasets import DatasetFormatError, load_dataset
 
     with pytest.raises(DatasetFormatError, match="distractor setting's file, not the fullwiki one"):
-        load_dataset("hotpotqa", data_path=HOTPOT, setting="fullwiki")
+        load_dataset("hotpotqa", data_path=HOTPOT_SAMPLE, setting="fullwiki")
     with pytest.raises(ValueError, match="hotpot_dev_fullwiki_v1.json"):
-        gym.make("AgentR1-HotpotQA-v0", data_path=str(HOTPOT), setting="fullwiki", limit=2)
+        gym.make("AgentR1-HotpotQA-v0", data_path=str(HOTPOT_SAMPLE), setting="fullwiki", limit=2)

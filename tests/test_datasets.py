@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.data import DATA_DIR, HOTPOT_SAMPLE, MUSIQUE_SAMPLE, SEARCH_R1_PARQUET, TWOWIKI_SAMPLE
 
 from agent_gym.envs.datasets import (
     DatasetChecksumError,
@@ -31,15 +32,10 @@ from agent_gym.envs.datasets import download as download_module
 from agent_gym.envs.datasets.hotpotqa import record_from_hub_row
 from agent_gym.envs.datasets.hotpotqa import task_from_record as hotpotqa_task
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-HOTPOT = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.sample297.json.xz"
-TWOWIKI = DATA / "2wikimultihopqa" / "dev.sample657.json.xz"
-MUSIQUE = DATA / "musique" / "musique_ans_v1.0_dev.sample200.jsonl.xz"
-PARQUET = DATA / "search_r1_format" / "test.parquet"
-SAMPLES = {"hotpotqa": HOTPOT, "2wikimultihopqa": TWOWIKI, "musique": MUSIQUE}
+SAMPLES = {"hotpotqa": HOTPOT_SAMPLE, "2wikimultihopqa": TWOWIKI_SAMPLE, "musique": MUSIQUE_SAMPLE}
 
 needs_samples = pytest.mark.skipif(
-    not DATA.is_dir(), reason=f"real data samples not found at {DATA} (see ../shared/data/README.md)"
+    not DATA_DIR.is_dir(), reason=f"real data samples not found at {DATA_DIR} (see ../shared/data/README.md)"
 )
 
 
@@ -72,7 +68,7 @@ def test_loader_reads_every_record_of_the_sample(name, count):
 
 @needs_samples
 def test_searchr1_parquet_reads_every_row():
-    assert len(load_searchr1_parquet(PARQUET)) == 3197
+    assert len(load_searchr1_parquet(SEARCH_R1_PARQUET)) == 3197
 
 
 @needs_samples
@@ -148,7 +144,7 @@ def test_musique_answers_include_aliases():
 
 @needs_samples
 def test_searchr1_answer_split_string_becomes_answer_list():
-    task = load_searchr1_parquet(PARQUET).by_id("popqa_3474310")
+    task = load_searchr1_parquet(SEARCH_R1_PARQUET).by_id("popqa_3474310")
     assert task.question == "What is the capital of Columbia County?"
     assert task.answers == ("Bloomsburg", "The Only Town in Pennsylvania", "Eyersburg")
     assert task.kind == "popqa"
@@ -156,7 +152,7 @@ def test_searchr1_answer_split_string_becomes_answer_list():
 
 @needs_samples
 def test_searchr1_data_source_filter_keeps_only_that_source():
-    tasks = load_searchr1_parquet(PARQUET, data_source="HotpotQA")
+    tasks = load_searchr1_parquet(SEARCH_R1_PARQUET, data_source="HotpotQA")
     assert len(tasks) == 512
     assert {task.kind for task in tasks} == {"hotpotqa"}
 
@@ -164,7 +160,7 @@ def test_searchr1_data_source_filter_keeps_only_that_source():
 @needs_samples
 def test_searchr1_unknown_data_source_is_a_clear_error():
     with pytest.raises(DatasetFormatError, match="Bamboogle"):
-        load_searchr1_parquet(PARQUET, data_source="squad")
+        load_searchr1_parquet(SEARCH_R1_PARQUET, data_source="squad")
 
 
 def test_searchr1_target_dict_ground_truth_is_read(tmp_path):
@@ -244,7 +240,7 @@ def test_musique_keeps_same_title_paragraphs_as_separate_documents():
 
 @needs_samples
 def test_document_ids_do_not_depend_on_which_records_are_loaded():
-    _, small = load_dataset("hotpotqa", data_path=HOTPOT, limit=10)
+    _, small = load_dataset("hotpotqa", data_path=HOTPOT_SAMPLE, limit=10)
     _, full = loaded("hotpotqa")
     by_id = {document["id"]: document for document in full}
     assert all(by_id[document["id"]] == document for document in small)
@@ -270,7 +266,7 @@ def test_document_id_is_a_slug_with_a_hash_and_never_empty():
 @needs_samples
 @pytest.mark.parametrize("suffix", ["", ".gz", ".xz"])
 def test_plain_gzip_and_xz_files_load_alike(tmp_path, suffix):
-    raw = _xz_text(HOTPOT).encode("utf-8")
+    raw = _xz_text(HOTPOT_SAMPLE).encode("utf-8")
     path = tmp_path / f"hotpot_dev_distractor_v1.json{suffix}"
     writer = {"": lambda data: data, ".gz": gzip.compress, ".xz": lzma.compress}[suffix]
     path.write_bytes(writer(raw))
@@ -282,20 +278,20 @@ def test_plain_gzip_and_xz_files_load_alike(tmp_path, suffix):
 @needs_samples
 def test_plain_jsonl_loads_like_the_xz_sample(tmp_path):
     path = tmp_path / "musique_ans_v1.0_dev.jsonl"
-    path.write_text(_xz_text(MUSIQUE), encoding="utf-8")
+    path.write_text(_xz_text(MUSIQUE_SAMPLE), encoding="utf-8")
     assert len(load_dataset("musique", data_path=path)[0]) == 200
 
 
 @needs_samples
 def test_gzip_parquet_loads(tmp_path):
     path = tmp_path / "test.parquet.gz"
-    path.write_bytes(gzip.compress(PARQUET.read_bytes()))
+    path.write_bytes(gzip.compress(SEARCH_R1_PARQUET.read_bytes()))
     assert len(load_searchr1_parquet(path)) == 3197
 
 
 @needs_samples
 def test_data_path_folder_finds_the_official_file_name(tmp_path):
-    (tmp_path / "hotpot_dev_distractor_v1.json.xz").write_bytes(HOTPOT.read_bytes())
+    (tmp_path / "hotpot_dev_distractor_v1.json.xz").write_bytes(HOTPOT_SAMPLE.read_bytes())
     assert len(load_dataset("hotpotqa", split="validation", data_path=tmp_path)[0]) == 297
 
 
@@ -331,7 +327,7 @@ def test_option_a_loader_does_not_take_is_rejected():
 
 @needs_samples
 def test_twowiki_answers_gain_aliases_from_id_aliases_file(tmp_path):
-    (tmp_path / "dev.json.xz").write_bytes(TWOWIKI.read_bytes())
+    (tmp_path / "dev.json.xz").write_bytes(TWOWIKI_SAMPLE.read_bytes())
     alias_row = {"Q_id": "Q5352428", "aliases": ["The Strange Voyage"], "demonyms": []}
     (tmp_path / "id_aliases.json").write_text(json.dumps(alias_row) + "\n")
     tasks, _ = load_dataset("2wikimultihopqa", data_path=tmp_path)
@@ -343,7 +339,7 @@ def test_twowiki_answers_gain_aliases_from_id_aliases_file(tmp_path):
 
 @needs_samples
 def test_hub_row_layout_gives_the_same_task_as_the_official_record():
-    record = json.loads(_xz_text(HOTPOT))[0]
+    record = json.loads(_xz_text(HOTPOT_SAMPLE))[0]
     titles, sentences = zip(*record["context"], strict=True)
     hub_row = {
         "id": record["_id"],
@@ -438,7 +434,7 @@ def test_twowiki_archive_download_extracts_data_and_aliases(monkeypatch, no_cach
     served, base = loopback_server
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("data_ids_april7/dev.json", _xz_text(TWOWIKI))
+        archive.writestr("data_ids_april7/dev.json", _xz_text(TWOWIKI_SAMPLE))
         archive.writestr(
             "data_ids_april7/id_aliases.json", '{"Q_id": "Q5352428", "aliases": ["X"], "demonyms": []}\n'
         )
@@ -466,7 +462,7 @@ def test_archive_that_is_not_a_zip_is_not_recorded_as_the_reference(monkeypatch,
 @needs_samples
 def test_hotpotqa_fullwiki_setting_reads_the_fullwiki_file_of_a_folder(tmp_path):
     # The fullwiki file has the distractor file's layout; a copy of the sample under its name stands in for it.
-    (tmp_path / "hotpot_dev_fullwiki_v1.json.xz").write_bytes(HOTPOT.read_bytes())
+    (tmp_path / "hotpot_dev_fullwiki_v1.json.xz").write_bytes(HOTPOT_SAMPLE.read_bytes())
     tasks, corpus = load_dataset("hotpotqa", data_path=tmp_path, setting="fullwiki")
     assert len(tasks) == 297 and tasks[0].metadata["setting"] == "fullwiki" and corpus
     with pytest.raises(DatasetNotAvailable, match="hotpot_dev_distractor_v1.json"):
@@ -479,7 +475,7 @@ def test_hotpotqa_fullwiki_setting_finds_its_file_in_the_cache(monkeypatch, no_c
     target = expected_path("hotpotqa", "dev", setting="fullwiki")
     assert target == no_cache / "datasets" / "hotpotqa" / "hotpot_dev_fullwiki_v1.json"
     target.parent.mkdir(parents=True)
-    Path(f"{target}.xz").write_bytes(HOTPOT.read_bytes())
+    Path(f"{target}.xz").write_bytes(HOTPOT_SAMPLE.read_bytes())
     tasks, _ = load_dataset("hotpotqa", setting="fullwiki", limit=3)
     assert [task.metadata["setting"] for task in tasks] == ["fullwiki"] * 3
 
@@ -505,7 +501,7 @@ def test_the_hotpotqa_env_takes_the_fullwiki_setting(tmp_path):
 
     import agent_gym  # noqa: F401 - registers the ids
 
-    (tmp_path / "hotpot_dev_fullwiki_v1.json.xz").write_bytes(HOTPOT.read_bytes())
+    (tmp_path / "hotpot_dev_fullwiki_v1.json.xz").write_bytes(HOTPOT_SAMPLE.read_bytes())
     env = gym.make("AgentR1-HotpotQA-v0", setting="fullwiki", data_path=str(tmp_path), limit=2)
     env.reset(options={"task_index": 0})
     assert env.unwrapped.task.metadata["setting"] == "fullwiki"
@@ -524,7 +520,7 @@ def test_data_where_takes_a_setting(capsys, no_cache):
 
 @needs_samples
 def test_a_table_of_columns_is_refused_in_a_short_message_naming_the_file_and_layout(tmp_path):
-    records = json.loads(_xz_text(HOTPOT))
+    records = json.loads(_xz_text(HOTPOT_SAMPLE))
     columns = {field: {str(i): record[field] for i, record in enumerate(records)} for field in records[0]}
     path = tmp_path / "hotpot_columns.json"
     path.write_text(json.dumps(columns))  # pandas' DataFrame.to_json() default layout

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import gymnasium as gym
 import pytest
 from conftest import FACT_TASKS, SMALL_SYNTHHOP, FactLookup
+from support.data import HOTPOT_SAMPLE
 
 import agent_gym  # noqa: F401  (registers the ids)
 from agent_gym import register_tool_env
 from agent_gym.env import ToolEnv
-
-HOTPOT_SAMPLE = (Path(__file__).resolve().parents[1].parent / "shared" / "data" / "hotpotqa"
-                 / "hotpot_dev_distractor_v1.sample297.json.xz")
 
 
 @pytest.mark.parametrize(

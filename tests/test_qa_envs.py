@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from support.data import DATA_DIR, QA_SAMPLES
 
 import agent_gym  # noqa: F401 - registers the ids
 from agent_gym.evaluation import evaluate, summarize
 from agent_gym.policies import make_policy
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-SAMPLES = {
-    "AgentR1-HotpotQA-v0": DATA / "hotpotqa" / "hotpot_dev_distractor_v1.sample297.json.xz",
-    "AgentR1-2WikiMultihopQA-v0": DATA / "2wikimultihopqa" / "dev.sample657.json.xz",
-    "AgentR1-Musique-v0": DATA / "musique" / "musique_ans_v1.0_dev.sample200.jsonl.xz",
-}
+SAMPLES = QA_SAMPLES
 BACKENDS = [
     "bm25",
     "bm25s",
@@ -28,7 +23,7 @@ BACKENDS = [
 # a few questions keep the distractor corpus small (about 10 paragraphs a question), so dense encoding is quick
 LIMIT = 8
 
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data samples not found at {DATA}")
+pytestmark = pytest.mark.skipif(not DATA_DIR.is_dir(), reason=f"shared data samples not found at {DATA_DIR}")
 
 
 @pytest.mark.parametrize("retriever", BACKENDS)

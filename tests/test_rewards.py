@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from support.data import QA_SAMPLES
 
 from agent_gym.rewards import (
     REWARD_SPECS,
@@ -247,19 +246,12 @@ def test_the_reward_specs_answer_rule_decides_how_an_env_scores_answers(make_fac
     assert f1 == {"hotpotqa": 0.0, "musique": pytest.approx(2 / 3)}
 
 
-QA_SAMPLES = {
-    "AgentR1-HotpotQA-v0": "hotpotqa/hotpot_dev_distractor_v1.sample297.json.xz",
-    "AgentR1-2WikiMultihopQA-v0": "2wikimultihopqa/dev.sample657.json.xz",
-    "AgentR1-Musique-v0": "musique/musique_ans_v1.0_dev.sample200.jsonl.xz",
-}
-
-
 def _qa_env(env_id: str, **kwargs: object):
     import gymnasium as gym
 
     import agent_gym  # noqa: F401 - registers the ids
 
-    path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / QA_SAMPLES[env_id]
+    path = QA_SAMPLES[env_id]
     if not path.is_file():
         pytest.skip(f"shared data sample {path} absent")
     return gym.make(env_id, data_path=str(path), limit=2, **kwargs)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import lzma
-from pathlib import Path
 from typing import Any
 
 from agent_gym.retrieval_index.corpus import Document
 
-#: the shared data folder beside the repository (see ../shared/data/README.md)
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
-#: 297 HotpotQA dev questions (distractor setting), xz-compressed JSON
-HOTPOT_SAMPLE = DATA_DIR / "hotpotqa" / "hotpot_dev_distractor_v1.sample297.json.xz"
+from .data import HOTPOT_SAMPLE
+
+__all__ = ["HOTPOT_SAMPLE", "distractor_corpus", "load_hotpot_sample"]
 
 
 def load_hotpot_sample() -> list[dict[str, Any]]:
