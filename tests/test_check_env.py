@@ -11,24 +11,18 @@ import gymnasium as gym
 import pytest
 from conftest import SMALL_SYNTHHOP
 from gymnasium.utils.env_checker import check_env
+from support.data import QA_SAMPLES
 
 import agent_gym
 from agent_gym.contract import check_tool_env_contract
 from agent_gym.envs.datasets.download import DatasetNotAvailable
 from agent_gym.formats import ToolCall
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
 #: small settings per id; an id not listed here is checked with its defaults
 TEST_KWARGS: dict[str, dict[str, Any]] = {
     "AgentR1-SynthHop-v0": SMALL_SYNTHHOP,
     "AgentR1-Calculator-v0": {"num_questions": 50},
-    "AgentR1-HotpotQA-v0": {"data_path": DATA_DIR / "hotpotqa" / "hotpot_dev_distractor_v1.sample297.json.xz",
-                            "limit": 20},
-    "AgentR1-2WikiMultihopQA-v0": {"data_path": DATA_DIR / "2wikimultihopqa" / "dev.sample657.json.xz",
-                                   "limit": 20},
-    "AgentR1-Musique-v0": {"data_path": DATA_DIR / "musique" / "musique_ans_v1.0_dev.sample200.jsonl.xz",
-                           "limit": 20},
+    **{env_id: {"data_path": path, "limit": 20} for env_id, path in QA_SAMPLES.items()},
 }
 
 # AgentGym-Remote-v0 needs a server: check_env over the wire is in test_adapter_openenv.py.
