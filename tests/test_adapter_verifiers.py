@@ -10,11 +10,12 @@ import pytest
 pytest.importorskip("verifiers.v1", reason="verifiers not installed (peer venv: bash scripts/make_peer_venv.sh)")
 
 import gymnasium as gym  # noqa: E402
-from test_openai_server import chat_server  # noqa: E402
+from test_search_server import thread_server  # noqa: E402
 from verifiers.v1.clients import ModelContext  # noqa: E402
 from verifiers.v1.utils.loaders import load_environment  # noqa: E402
 
 import agent_gym  # noqa: E402, F401 - registers the ids
+from agent_gym.adapters.openai_server import create_chat_app  # noqa: E402
 from agent_gym.adapters.verifiers import AgentGymEnv, AgentGymTaskset, make_env_config  # noqa: E402
 
 ENV = "AgentR1-SynthHop-v0"
@@ -44,9 +45,10 @@ def test_the_taskset_yields_the_envs_tasks_with_its_prompts():
 
 
 @pytest.mark.slow
-def test_verifiers_rollout_records_the_return_our_env_pays_for_the_models_replies():
-    with chat_server(max_tokens=24) as url:
-        _, episode = _episode(url)
+def test_verifiers_rollout_records_the_return_our_env_pays_for_the_models_replies(tiny_model):
+    model, tokenizer = tiny_model  # the suite's tiny random model, behind our OpenAI-compatible server
+    with thread_server(None, app=create_chat_app(model, tokenizer, max_tokens=24)) as base:
+        _, episode = _episode(f"{base}/v1")
     assert episode.ok and not episode.errors
     (trace,) = episode.traces
     replies = [m.content for m in trace.branches[-1].messages if m.role == "assistant"]
