@@ -12,7 +12,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidType
 
 __all__ = ["EnvMakeError", "EnvSource", "make_env"]
 
@@ -39,11 +39,11 @@ def make_env(env: EnvSource, env_kwargs: dict[str, Any] | None = None, *, instan
                 raise
             raise EnvMakeError(f"{' '.join(str(error).split())} (`agent-gym envs` lists the ids)") from error
     if env_kwargs:
-        raise TypeError("env kwargs are used only with an env id; bind them into the factory instead")
+        raise InvalidType("env kwargs are used only with an env id; bind them into the factory instead")
     if isinstance(env, gym.Env):
         if not instance_ok:
-            raise TypeError("pass an env id or a factory, not an env: this adapter makes one env per rollout")
+            raise InvalidType("pass an env id or a factory, not an env: this adapter makes one env per rollout")
         return env
     if callable(env):
         return env()
-    raise TypeError(f"expected an env id, a factory or a gymnasium.Env, got {type(env).__name__}")
+    raise InvalidType(f"expected an env id, a factory or a gymnasium.Env, got {type(env).__name__}")

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from agent_gym.env import ToolEnv
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidValue
 from agent_gym.formats import ToolCall
 from agent_gym.rewards import normalize_answer
 
@@ -287,7 +287,7 @@ class WeakMultiHopPolicy(_Playable):
 
     def __init__(self, p_multihop: float = 0.3, seed: int = 0) -> None:
         if not 0.0 <= p_multihop <= 1.0:
-            raise ValueError(f"p_multihop must lie in [0, 1], got {p_multihop}")
+            raise InvalidValue(f"p_multihop must lie in [0, 1], got {p_multihop}")
         self.p_multihop = p_multihop
         self.rng = np.random.default_rng(seed)
         self.current: Policy = NaiveRAGPolicy()
@@ -384,11 +384,11 @@ def playable_policies(env: Any, tasks: Any = None) -> list[str]:
 def make_policy(name: str, seed: int = 0, **options: Any) -> Policy:
     """Build a scripted policy by name; ``options`` go to its constructor (e.g. ``p_multihop=0.4``)."""
     if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}")
+        raise InvalidValue(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}")
     accepted = {"random": ("seed",), "weak-multihop": ("seed", "p_multihop")}.get(name, ())
     unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise ValueError(
+        raise InvalidValue(
             f"policy {name!r} takes no option {', '.join(unknown)}; its options: {list(accepted) or 'none'}"
         )
     if "seed" in accepted:

@@ -27,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 
 from agent_gym.env import ToolEnv
+from agent_gym.error import InvalidType, InvalidValue
 from agent_gym.formats import ToolCall
 from agent_gym.make import EnvSource, make_env
 from agent_gym.policies import candidate_spans
@@ -49,9 +50,9 @@ class CandidateActionWrapper(gym.Wrapper):
         super().__init__(env)
         tool_env = env.unwrapped
         if not isinstance(tool_env, ToolEnv):
-            raise TypeError(f"CandidateActionWrapper wraps a ToolEnv, got {type(tool_env).__name__}")
+            raise InvalidType(f"CandidateActionWrapper wraps a ToolEnv, got {type(tool_env).__name__}")
         if num_candidates < 1:
-            raise ValueError(f"num_candidates must be at least 1, got {num_candidates}")
+            raise InvalidValue(f"num_candidates must be at least 1, got {num_candidates}")
         self._search_tool, self._argument = _driven_tool(tool_env)
         self.num_candidates = num_candidates
         size = num_candidates * _SLOT_FEATURES + 3  # + turn fraction, numeric question, searched-question flag
@@ -115,9 +116,9 @@ class CandidateActionWrapper(gym.Wrapper):
         if isinstance(value, np.generic):
             value = value.item()
         if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{expected}, got {type(action).__name__} {action!r}")
+            raise InvalidType(f"{expected}, got {type(action).__name__} {action!r}")
         if not 0 <= value <= 2 * k:
-            raise ValueError(f"{expected}, got {value}")
+            raise InvalidValue(f"{expected}, got {value}")
         return value
 
     def _refresh(self, result_text: str, info: dict[str, Any]) -> None:
@@ -157,7 +158,7 @@ def _driven_tool(env: ToolEnv) -> tuple[str, str]:
     required = list(schema.get("required") or [])
     argument = (required or list(properties))[0] if properties else None
     if argument is None or len(required) > 1 or properties.get(argument, {}).get("type", "string") != "string":
-        raise ValueError(
+        raise InvalidValue(
             f"CandidateActionWrapper drives a tool that takes one string argument (the candidate span); "
             f"{name!r} takes {', '.join(properties) or 'none'}. Give the env a `search` tool, or wrap an env "
             "whose first tool takes a single string"

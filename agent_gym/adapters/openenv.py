@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 
 from agent_gym.contract import MESSAGES, NEW_MESSAGES, ContractError, check_reset_info, check_step_info, new_messages
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidValue
 from agent_gym.spaces import UnicodeText
 
 __all__ = ["RemoteEnv", "RemoteEnvError"]
@@ -43,7 +43,7 @@ def _ws_url(base_url: str) -> str:
         if url.startswith(http):
             url = ws + url[len(http):]
     if not url.startswith(("ws://", "wss://")):
-        raise ValueError(f"base_url must start with http://, https://, ws:// or wss://, got {base_url!r}")
+        raise InvalidValue(f"base_url must start with http://, https://, ws:// or wss://, got {base_url!r}")
     return url.removesuffix("/ws") + "/ws"
 
 

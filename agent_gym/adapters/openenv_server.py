@@ -30,6 +30,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from agent_gym.error import InvalidValue
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["create_env_app", "jsonable"]
@@ -149,9 +151,9 @@ def create_env_app(
     from fastapi.responses import JSONResponse
 
     if max_sessions < 1:
-        raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
+        raise InvalidValue(f"max_sessions must be at least 1, got {max_sessions}")
     if not idle_timeout_s > 0:
-        raise ValueError(f"idle_timeout_s must be positive, got {idle_timeout_s}")
+        raise InvalidValue(f"idle_timeout_s must be positive, got {idle_timeout_s}")
     probe = env_factory()  # fail at start, not in the first session, and read the spaces
     action_length, observation_length = _space_length(probe.action_space), _space_length(probe.observation_space)
     probe.close()

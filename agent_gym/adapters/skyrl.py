@@ -24,6 +24,7 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from agent_gym.contract import check_tool_env_contract, new_messages
 from agent_gym.episode_summary import EpisodeSummary
+from agent_gym.error import InvalidType, InvalidValue
 
 __all__ = ["AgentGymTextEnv", "register_skyrl_env", "SKYRL_ENV_ID"]
 
@@ -41,7 +42,7 @@ def _plain(config: Any) -> dict[str, Any]:
 
             config = OmegaConf.to_container(config, resolve=True)
         except (ImportError, ValueError) as error:
-            raise TypeError(f"env_config must be a mapping such as {{'env_id': ...}}, got {type(config).__name__}") \
+            raise InvalidType(f"env_config must be a mapping such as {{'env_id': ...}}, got {type(config).__name__}") \
                 from error
     return dict(config)
 
@@ -63,7 +64,7 @@ class AgentGymTextEnv(BaseTextEnv):
         if env is None:
             env_id = config.get("env_id")
             if not env_id:
-                raise ValueError("AgentGymTextEnv needs env_config={'env_id': 'AgentR1-SynthHop-v0', "
+                raise InvalidValue("AgentGymTextEnv needs env_config={'env_id': 'AgentR1-SynthHop-v0', "
                                  "'env_kwargs': {...}} (or env=...)")
             from agent_gym.make import make_env
 

@@ -36,6 +36,7 @@ from typing import Any
 import gymnasium as gym
 
 from agent_gym.contract import check_tool_env_contract, new_messages
+from agent_gym.error import InvalidValue
 from agent_gym.formats import ToolCall, get_format
 from agent_gym.make import make_env
 
@@ -107,7 +108,7 @@ def _tool_method(schema: dict[str, Any]) -> Callable[..., str]:
     name, parameters = function["name"], function.get("parameters") or {}
     properties, required = parameters.get("properties", {}), set(parameters.get("required") or [])
     if not name.isidentifier() or name.startswith("_") or name in ("reset", "get_reward", ANSWER_TOOL):
-        raise ValueError(f"tool {name!r} cannot be a method of TRL's environment class (it must be a public "
+        raise InvalidValue(f"tool {name!r} cannot be a method of TRL's environment class (it must be a public "
                          f"identifier other than reset, get_reward and {ANSWER_TOOL})")
     arguments = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, Any] = {"return": str}
@@ -230,7 +231,7 @@ class RolloutFunc:
         from agent_gym.trainers.rollout import RolloutConfig
 
         if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+            raise InvalidValue(f"num_envs must be at least 1, got {num_envs}")
         self.envs = [make_env(env, env_kwargs, instance_ok=False) for _ in range(num_envs)]
         check_tool_env_contract(self.envs[0])  # a broken env fails here, not inside TRL's loop
         self.config = config or RolloutConfig(show_progress=False)
@@ -269,7 +270,7 @@ class RolloutFunc:
         for prompt in prompts:
             spec = self._specs.get(_prompt_key(prompt))
             if spec is None:
-                raise ValueError("rollout_func got a prompt that RolloutFunc.dataset() did not build; train on "
+                raise InvalidValue("rollout_func got a prompt that RolloutFunc.dataset() did not build; train on "
                                  "RolloutFunc.dataset(N), whose prompts name their tasks")
             specs.append(spec)
         collector = self._collector_for(trainer)
@@ -277,7 +278,7 @@ class RolloutFunc:
         trajectories = collector.collect(specs, group_size=1, greedy=not trainer.model.training,
                                          seed=int(trainer.args.seed) * 100_003 + self._calls)
         if len(trajectories) != len(specs):
-            raise ValueError(f"{len(specs)} episodes gave {len(trajectories)} samples: rollout_func needs one sample "
+            raise InvalidValue(f"{len(specs)} episodes gave {len(trajectories)} samples: rollout_func needs one sample "
                              "per episode, so use an env whose context policy is 'append' (the default)")
         self.last_trajectories = trajectories
         return {
@@ -294,6 +295,6 @@ class RolloutFunc:
 def env_reward(completions: Sequence[Any], env_reward: Sequence[float] | None = None, **_: Any) -> list[float]:
     """TRL reward function for :class:`RolloutFunc`: the env's episode return, passed through."""
     if env_reward is None:
-        raise ValueError("env_reward reads the 'env_reward' column that RolloutFunc returns; pair it with "
+        raise InvalidValue("env_reward reads the 'env_reward' column that RolloutFunc returns; pair it with "
                          "GRPOTrainer(rollout_func=RolloutFunc(...))")
     return [float(value) for value in env_reward]

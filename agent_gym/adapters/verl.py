@@ -37,6 +37,7 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from agent_gym.contract import MESSAGES, REWARD_COMPONENTS, STOP_STRINGS, TASK_ID, TOOLS
+from agent_gym.error import InvalidValue
 from agent_gym.models.chat_template import turn_stop_token_ids
 from agent_gym.trainers.token_episode import TokenEpisode
 
@@ -53,7 +54,7 @@ def _json_field(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         value = json.loads(value)
     if not isinstance(value, Mapping):
-        raise ValueError(f"expected a mapping (or its JSON), got {type(value).__name__}")
+        raise InvalidValue(f"expected a mapping (or its JSON), got {type(value).__name__}")
     return dict(value)
 
 
@@ -73,7 +74,7 @@ class AgentGymAgentLoop(AgentLoopBase):
         extra_info = _json_field(kwargs.get("extra_info"))
         env_id = extra_info.get("env_id")
         if not env_id:
-            raise ValueError("the row's extra_info names no env_id; make rows with `agent-gym data export-verl`")
+            raise InvalidValue("the row's extra_info names no env_id; make rows with `agent-gym data export-verl`")
         env_kwargs = _json_field(extra_info.get("env_kwargs"))
         reset_options = {key: extra_info[key] for key in ("task_id", "task_index") if key in extra_info}
         max_tokens_per_turn = int(extra_info.get("max_tokens_per_turn") or DEFAULT_MAX_TOKENS_PER_TURN)

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agent_gym.error import InvalidValue
+
 __all__ = ["verl_rows", "write_verl_parquet"]
 
 
@@ -32,7 +34,7 @@ def verl_rows(env_id: str, env_kwargs: dict[str, Any] | None = None, *, limit: i
         tasks = getattr(env.unwrapped, "tasks", None)
         count = len(tasks) if tasks is not None else None
         if count is None and limit is None:
-            raise ValueError(f"{env_id} does not list its tasks; give --limit N to export task indices 0..N-1")
+            raise InvalidValue(f"{env_id} does not list its tasks; give --limit N to export task indices 0..N-1")
         count = min(count, limit) if count is not None and limit is not None else (count or limit)
         rows = []
         for index in range(count):

@@ -21,6 +21,7 @@ from typing import Any
 
 from agent_gym import __version__
 from agent_gym.bench.report import BenchRecord
+from agent_gym.error import InvalidValue
 
 __all__ = ["BenchSettings", "RUNNERS", "run"]
 
@@ -306,7 +307,7 @@ RUNNERS: dict[str, Callable[[BenchSettings, int, Path], None]] = {
 def run(library: str, settings: BenchSettings, seed: int, out: str | Path) -> None:
     """Run one library for one seed, appending its records to ``out``."""
     if library not in RUNNERS:
-        raise ValueError(f"unknown library {library!r}; choose from {', '.join(RUNNERS)}")
+        raise InvalidValue(f"unknown library {library!r}; choose from {', '.join(RUNNERS)}")
     RUNNERS[library](settings, seed, Path(out))
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from agent_gym.error import InvalidValue
+
 DTYPES = ("auto", "float32", "bfloat16")
 FAST_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -65,7 +67,7 @@ def resolve_dtype(name: str, device: str | torch.device = "cpu", flags: frozense
     CPU with native bf16 where it measured at least :data:`MIN_BF16_SPEEDUP` x fp32 (``speedup``: that ratio,
     measured at the current thread count when not given)."""
     if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; choose one of {DTYPES}")
+        raise InvalidValue(f"unknown dtype {name!r}; choose one of {DTYPES}")
     if name == "float32":
         return torch.float32
     if name == "bfloat16":

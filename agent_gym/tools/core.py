@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
+from agent_gym.error import InvalidType, InvalidValue
+
 __all__ = ["Tool", "ToolResult", "FunctionTool", "tool", "validate_arguments", "DEFAULT_TIMEOUT_S"]
 
 #: seconds one call of a tool may take before it becomes a failed result (``timeout_s=None`` turns it off)
@@ -214,7 +216,7 @@ def _checked_timeout(timeout_s: float | None) -> float | None:
     if timeout_s is None:
         return None
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s < math.inf:
-        raise ValueError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
+        raise InvalidValue(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
     return float(timeout_s)
 
 
@@ -291,7 +293,7 @@ def _type_schema(annotation: Any) -> dict[str, Any]:
         return {"anyOf": [_type_schema(option) for option in options]}
     if origin is dict:
         return {"type": "object"}
-    raise TypeError(f"tool parameters cannot have type {annotation!r}; use str, int, float, bool, list, Literal")
+    raise InvalidType(f"tool parameters cannot have type {annotation!r}; use str, int, float, bool, list, Literal")
 
 
 def _schema_from_signature(function: Callable[..., Any], argument_docs: dict[str, str]) -> dict[str, Any]:
@@ -300,7 +302,7 @@ def _schema_from_signature(function: Callable[..., Any], argument_docs: dict[str
     required: list[str] = []
     for parameter in inspect.signature(function).parameters.values():
         if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            raise TypeError(f"tool {function.__name__}: *args/**kwargs cannot be described by a schema")
+            raise InvalidType(f"tool {function.__name__}: *args/**kwargs cannot be described by a schema")
         prop = _type_schema(hints.get(parameter.name, inspect.Parameter.empty))
         if parameter.name in argument_docs:
             prop["description"] = argument_docs[parameter.name]

@@ -11,6 +11,7 @@ import concurrent.futures
 from collections.abc import Sequence
 from typing import Any
 
+from agent_gym.error import InvalidValue
 from agent_gym.tools.core import Tool, ToolResult
 from agent_gym.tools.sandbox import Sandbox, SandboxError
 
@@ -39,7 +40,7 @@ class PythonTool(Tool):
 
     def __init__(self, sandbox: Sandbox | None = None, *, workers: int = 2, count_asserts: bool = False) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be a positive int, got {workers!r}")
+            raise InvalidValue(f"workers must be a positive int, got {workers!r}")
         self.sandbox = sandbox or Sandbox()
         self.workers = workers
         self.count_asserts = count_asserts

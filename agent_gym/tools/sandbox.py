@@ -43,7 +43,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidType, InvalidValue
 from agent_gym.tools import disk_watch, sandbox_child
 from agent_gym.tools.disk_watch import DiskWatch
 
@@ -93,7 +93,7 @@ class SandboxLimits:
         for name in ("wall_s", "cpu_s", "memory_mb", "file_mb", "disk_mb", "output_chars", "code_chars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-                raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}")
+                raise InvalidValue(f"SandboxLimits.{name} must be a positive number, got {value!r}")
 
 
 @dataclass
@@ -233,9 +233,9 @@ class Sandbox:
         channels = dict(channels or {})
         try:
             if not isinstance(code, str):
-                raise TypeError(f"code must be a str, got {type(code).__name__}")
+                raise InvalidType(f"code must be a str, got {type(code).__name__}")
             if any(number <= REPORT_FD for number in channels):
-                raise ValueError(f"channels must use descriptor numbers above {REPORT_FD}, got {sorted(channels)}")
+                raise InvalidValue(f"channels must use descriptor numbers above {REPORT_FD}, got {sorted(channels)}")
             namespaces = self._namespaces()
             directory = tempfile.mkdtemp(prefix="agent-gym-run-")
         except BaseException:
@@ -245,7 +245,7 @@ class Sandbox:
             for name, text in {**(files or {}), MAIN_FILE: code}.items():
                 path = Path(directory, name)
                 if path.parent != Path(directory):
-                    raise ValueError(f"file names must be plain names inside the run directory, got {name!r}")
+                    raise InvalidValue(f"file names must be plain names inside the run directory, got {name!r}")
                 path.write_text(text, encoding="utf-8", errors="replace")
             run = self._run_in(directory, namespaces, count_asserts, channels)
         finally:

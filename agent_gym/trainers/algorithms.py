@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agent_gym.error import InvalidValue
 from agent_gym.trainers.batch import Advantages
 from agent_gym.trainers.losses import masked_mean
 from agent_gym.trainers.trajectory import group_index
@@ -193,7 +194,7 @@ def reinforce_pp_advantages(
     rewards = token_rewards.to(torch.float32).clone()
     if groups is not None:
         if outcomes is None:
-            raise ValueError("reinforce_pp_advantages: a group baseline needs the episode outcomes")
+            raise InvalidValue("reinforce_pp_advantages: a group baseline needs the episode outcomes")
         sums, counts, _ = _group_stats(outcomes, groups)
         positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
         last_action = torch.where(mask > 0, positions, torch.full_like(positions, -1)).max(dim=1).values
@@ -254,7 +255,7 @@ def _reinforce_pp_baseline(x: EstimatorInputs) -> Advantages:
 
 def _ppo(x: EstimatorInputs) -> Advantages:
     if x.values is None:
-        raise ValueError("ppo needs the critic's values (EstimatorInputs.values)")
+        raise InvalidValue("ppo needs the critic's values (EstimatorInputs.values)")
     advantages, returns = gae_advantages(x.token_rewards, x.values, x.action_mask, x.gamma, x.lam)
     return Advantages(advantages, x.action_mask, returns)
 

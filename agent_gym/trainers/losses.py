@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from agent_gym.error import InvalidValue
+
 __all__ = [
     "AGGREGATIONS",
     "KL_ESTIMATORS",
@@ -45,7 +47,7 @@ def aggregation_normalizer(mask: torch.Tensor, mode: str) -> float:
         return float(mask.sum().clamp(min=1.0).item())
     if mode in AGGREGATIONS:
         return float(max(mask.shape[0], 1))
-    raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {AGGREGATIONS}")
+    raise InvalidValue(f"unknown loss aggregation {mode!r}; choose one of {AGGREGATIONS}")
 
 
 def aggregate(
@@ -79,7 +81,7 @@ def aggregate(
     if mode == "seq-mean-token-sum-norm":
         length = norm_length if norm_length is not None else loss_mat.shape[-1]
         return (masked.sum(dim=-1) / length).sum() / denominator
-    raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {AGGREGATIONS}")
+    raise InvalidValue(f"unknown loss aggregation {mode!r}; choose one of {AGGREGATIONS}")
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -116,7 +118,7 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: st
     if estimator == "k3":
         ref_log_ratio = torch.clamp(-log_ratio, min=-10.0, max=10.0)
         return ref_log_ratio.exp() - 1.0 - ref_log_ratio
-    raise ValueError(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
+    raise InvalidValue(f"unknown KL estimator {estimator!r}; choose one of {KL_ESTIMATORS}")
 
 
 @dataclass
@@ -149,7 +151,7 @@ def policy_loss(
         L_t = min(L_t, -c * A_t)    so a huge ratio on a bad action cannot blow the loss up.
     """
     if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1.0 (e.g. 3.0), got {dual_clip}")
+        raise InvalidValue(f"dual_clip must be > 1.0 (e.g. 3.0), got {dual_clip}")
     mask_f = mask.to(logprobs.dtype)
     log_ratio = torch.clamp(logprobs - old_logprobs, min=-20.0, max=20.0)
     ratio = log_ratio.exp()

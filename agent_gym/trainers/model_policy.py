@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidValue
 from agent_gym.models.chat_template import render_prompt, turn_stop_token_ids
 from agent_gym.trainers.backends import GenerationBackend, SamplingParams, TransformersBackend
 
@@ -36,7 +36,7 @@ class ModelPolicyError(AgentGymError, RuntimeError):
 def best_candidate(scores: Sequence[float]) -> int:
     """Index of the highest score (the first of equal ones)."""
     if not scores:
-        raise ValueError("best_candidate needs at least one score")
+        raise InvalidValue("best_candidate needs at least one score")
     return max(range(len(scores)), key=lambda index: (scores[index], -index))
 
 
@@ -73,13 +73,13 @@ class ModelPolicy:
         seed: int = 0,
     ) -> None:
         if candidates < 1:
-            raise ValueError(f"candidates must be >= 1, got {candidates}")
+            raise InvalidValue(f"candidates must be >= 1, got {candidates}")
         if select not in SELECTIONS:
-            raise ValueError(f"select must be one of {SELECTIONS}, got {select!r}")
+            raise InvalidValue(f"select must be one of {SELECTIONS}, got {select!r}")
         if candidates > 1 and select == "value" and critic is None:
-            raise ValueError("value-guided decoding needs a critic: train with --algo ppo, or pass critic=")
+            raise InvalidValue("value-guided decoding needs a critic: train with --algo ppo, or pass critic=")
         if max_new_tokens < 1 or max_context_tokens <= max_new_tokens:
-            raise ValueError(
+            raise InvalidValue(
                 f"need max_new_tokens >= 1 and max_context_tokens > max_new_tokens, got {max_new_tokens}, "
                 f"{max_context_tokens}"
             )

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from agent_gym.error import InvalidValue
 from agent_gym.trainers import metrics as m
 from agent_gym.trainers.metrics import read_metrics
 
@@ -54,12 +55,12 @@ def plot_runs(
     import matplotlib.pyplot as plt
 
     if not run_dirs:
-        raise ValueError("plot_runs needs at least one run directory")
+        raise InvalidValue("plot_runs needs at least one run directory")
     runs = {Path(run_dir): read_metrics(run_dir) for run_dir in run_dirs}
     wanted = list(keys) if keys else list(DEFAULT_KEYS)
     present = [k for k in wanted if any(_series(records, k)[0] for records in runs.values())]
     if not present:
-        raise ValueError(f"none of the metrics {wanted} were logged in {', '.join(map(str, runs))}")
+        raise InvalidValue(f"none of the metrics {wanted} were logged in {', '.join(map(str, runs))}")
     columns = min(3, len(present))
     rows = math.ceil(len(present) / columns)
     figure, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows), squeeze=False)

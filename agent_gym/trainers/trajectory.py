@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agent_gym.episode_summary import EpisodeSummary
+from agent_gym.error import InvalidValue
 from agent_gym.trainers.batch import TokenBatch
 
 
@@ -49,18 +50,18 @@ class Trajectory:
     def __post_init__(self) -> None:
         n = len(self.response_ids)
         if len(self.loss_mask) != n or len(self.sampling_logprobs) != n:
-            raise ValueError(
+            raise InvalidValue(
                 f"response_ids ({n}), loss_mask ({len(self.loss_mask)}) and sampling_logprobs "
                 f"({len(self.sampling_logprobs)}) must have the same length"
             )
         if len(self.turn_end_indices) != len(self.turn_rewards):
-            raise ValueError(
+            raise InvalidValue(
                 f"turn_end_indices ({len(self.turn_end_indices)}) and turn_rewards "
                 f"({len(self.turn_rewards)}) must have the same length"
             )
         for index in self.turn_end_indices:
             if not 0 <= index < n or self.loss_mask[index] != 1:
-                raise ValueError(f"turn_end_index {index} is not a model token of the response")
+                raise InvalidValue(f"turn_end_index {index} is not a model token of the response")
 
     @property
     def num_turns(self) -> int:
@@ -109,7 +110,7 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TokenBatch:
     becomes `model_token_mask`, its `outcome` `episode_returns`, its `group_id` `group_index`.
     """
     if not trajectories:
-        raise ValueError("collate() needs at least one trajectory")
+        raise InvalidValue("collate() needs at least one trajectory")
     lengths = [len(t.prompt_ids) + len(t.response_ids) for t in trajectories]
     batch, width = len(trajectories), max(lengths)
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.search_tool import first_hits
 from agent_gym.trainers.token_episode import tokenize_episode
 from agent_gym.warmstart.lm_loss import WeightedRow
@@ -43,7 +44,7 @@ def drill_row(tokenizer: Any, messages: Sequence[Mapping[str, Any]], form: str,
     also practises copying inside the results (their names recur), without the results dominating the loss.
     """
     if form not in DRILL_FORMS:
-        raise ValueError(f"unknown drill form {form!r}; choose one of {sorted(DRILL_FORMS)}")
+        raise InvalidValue(f"unknown drill form {form!r}; choose one of {sorted(DRILL_FORMS)}")
     messages = [dict(message) for message in messages]
     if form != "full":
         messages = [message for message in messages if message.get("role") != "system"]

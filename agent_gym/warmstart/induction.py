@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
+from agent_gym.error import InvalidValue
 from agent_gym.warmstart.lm_loss import WeightedRow
 
 __all__ = ["induction_rows", "induction_vocab", "install_previous_token_head"]
@@ -47,13 +48,13 @@ def install_previous_token_head(
     config = model.config
     attention = model.model.layers[layer].self_attn
     if attention.q_proj.bias is None or attention.k_proj.bias is None:
-        raise ValueError("install_previous_token_head needs q/k projections with biases (e.g. Qwen2)")
+        raise InvalidValue("install_previous_token_head needs q/k projections with biases (e.g. Qwen2)")
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv_head = head // (config.num_attention_heads // config.num_key_value_heads)
     rope = getattr(config, "rope_parameters", None) or {}
     base = float(rope.get("rope_theta", getattr(config, "rope_theta", 10_000.0)))
     if frequency_pairs > head_dim // 2:
-        raise ValueError(f"frequency_pairs must be at most head_dim / 2 = {head_dim // 2}")
+        raise InvalidValue(f"frequency_pairs must be at most head_dim / 2 = {head_dim // 2}")
     with torch.no_grad():
         query = attention.q_proj.bias.view(config.num_attention_heads, head_dim)[head]
         key = attention.k_proj.bias.view(config.num_key_value_heads, head_dim)[kv_head]
@@ -97,7 +98,7 @@ def induction_rows(
     offset to the source is random), so only they carry loss weight 1.
     """
     if width < 4 * span_lengths[1]:
-        raise ValueError(f"width must be at least {4 * span_lengths[1]} for spans up to {span_lengths[1]} ids")
+        raise InvalidValue(f"width must be at least {4 * span_lengths[1]} for spans up to {span_lengths[1]} ids")
     rows = []
     for _ in range(count):
         subset = rng.sample(list(token_ids), vocab) if vocab and vocab < len(token_ids) else token_ids

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from agent_gym.error import InvalidValue
+
 __all__ = ["WeightedRow", "weighted_lm_loss"]
 
 
@@ -24,7 +26,7 @@ class WeightedRow:
 
     def __post_init__(self) -> None:
         if len(self.input_ids) != len(self.weights):
-            raise ValueError(f"input_ids ({len(self.input_ids)}) and weights ({len(self.weights)}) differ in length")
+            raise InvalidValue(f"input_ids ({len(self.input_ids)}) and weights ({len(self.weights)}) differ in length")
 
 
 def weighted_lm_loss(model: torch.nn.Module, rows: Sequence[WeightedRow], pad_id: int,

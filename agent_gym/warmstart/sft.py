@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from agent_gym.error import InvalidValue
 from agent_gym.trainers.lr_schedule import lr_lambda
 from agent_gym.trainers.token_episode import SFTExample
 
@@ -113,12 +114,12 @@ def train_sft(
     from agent_gym.warmstart.lm_loss import WeightedRow, weighted_lm_loss
 
     if not examples:
-        raise ValueError("no SFT examples to train on")
+        raise InvalidValue("no SFT examples to train on")
     # An example cut at max_length before its first assistant token has nothing to learn from (and would
     # make the mean loss over zero tokens NaN).
     kept = [example for example in examples if any(example.loss_mask[: config.max_length])]
     if not kept:
-        raise ValueError(f"no SFT example has an assistant token within max_length={config.max_length}")
+        raise InvalidValue(f"no SFT example has an assistant token within max_length={config.max_length}")
     if len(kept) < len(examples):
         warnings.warn(
             f"{len(examples) - len(kept)} SFT examples have no assistant token within "
@@ -126,7 +127,7 @@ def train_sft(
             stacklevel=2,
         )
     if config.drill_tokens > 0 and drills is None:
-        raise ValueError("config.drill_tokens > 0 needs a DrillSource (drills=...)")
+        raise InvalidValue("config.drill_tokens > 0 needs a DrillSource (drills=...)")
     rows = [WeightedRow(example.input_ids, [float(flag) for flag in example.loss_mask]) for example in kept]
     torch.manual_seed(config.seed)
     trainable = [p for p in model.parameters() if p.requires_grad]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_gym.error import InvalidValue
 from agent_gym.trainers.backends.base import Generation, GenerationBackend, GenerationError, SamplingParams
 from agent_gym.trainers.backends.transformers_backend import TransformersBackend
 
@@ -40,4 +41,4 @@ def make_backend(name: str, model: Any = None, tokenizer: Any = None, **kwargs: 
         from agent_gym.trainers.backends.openai_backend import OpenAIBackend
 
         return OpenAIBackend(model_name=model, tokenizer=tokenizer, **kwargs)
-    raise ValueError(f"unknown generation backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    raise InvalidValue(f"unknown generation backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import torch
 
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidValue
 
 FinishReason = Literal["stop", "length"]
 
@@ -64,11 +64,11 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise InvalidValue(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise InvalidValue(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise InvalidValue(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 class GenerationBackend(abc.ABC):

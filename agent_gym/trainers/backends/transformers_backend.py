@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from agent_gym.error import InvalidValue
 from agent_gym.trainers.backends.base import (
     Generation,
     GenerationBackend,
@@ -161,7 +162,7 @@ class TransformersBackend(GenerationBackend):
     def _stop_sets(self, params: SamplingParams) -> tuple[set[int], list[str]]:
         """Stop ids, and the stop strings that need a text check (see `split_stop_strings`)."""
         if params.stop_strings and self.tokenizer is None:
-            raise ValueError("stop strings need a tokenizer: pass one to TransformersBackend")
+            raise InvalidValue("stop strings need a tokenizer: pass one to TransformersBackend")
         return split_stop_strings(self.tokenizer, params)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
