@@ -90,6 +90,47 @@ def _offer_new(
     return _offer(heap_scores, heap_rows, size, k, score, row)
 
 
+@numba.njit(cache=True, nogil=True, fastmath={"nnan", "ninf", "nsz"})
+def _add_window(
+    postings: np.ndarray, impacts: np.ndarray, start: int, end: int, base: int, limit: int, scale: float,
+    buffer: np.ndarray, largest: float,
+) -> tuple[int, float]:
+    """Add one list's postings with rows in ``[base, limit)`` into the window buffer; return where the list
+    stops and the largest sum seen. The stop is found by galloping first, so the add loop tests nothing else."""
+    stop = _advance(postings, start, end, limit)
+    factor = np.float32(scale)
+    # Four running maxima: one would chain every add on the latency of the previous max (measured: the
+    # loop ran at ~1.5 ns a posting with one, cache-resident or not).
+    top0 = top1 = top2 = top3 = np.float32(0.0)
+    at = start
+    while at + 4 <= stop:
+        offset0 = postings[at] - base
+        value0 = buffer[offset0] + impacts[at] * factor
+        buffer[offset0] = value0
+        offset1 = postings[at + 1] - base
+        value1 = buffer[offset1] + impacts[at + 1] * factor
+        buffer[offset1] = value1
+        offset2 = postings[at + 2] - base
+        value2 = buffer[offset2] + impacts[at + 2] * factor
+        buffer[offset2] = value2
+        offset3 = postings[at + 3] - base
+        value3 = buffer[offset3] + impacts[at + 3] * factor
+        buffer[offset3] = value3
+        top0 = max(top0, value0)
+        top1 = max(top1, value1)
+        top2 = max(top2, value2)
+        top3 = max(top3, value3)
+        at += 4
+    while at < stop:
+        offset0 = postings[at] - base
+        value0 = buffer[offset0] + impacts[at] * factor
+        buffer[offset0] = value0
+        top0 = max(top0, value0)
+        at += 1
+    largest = max(largest, max(max(top0, top1), max(top2, top3)))
+    return stop, largest
+
+
 @numba.njit(cache=True, nogil=True)
 def _sift_down(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int) -> None:
     """Restore the min-heap (the worst hit at the root) downwards from the root."""
@@ -206,15 +247,9 @@ def _search_one(
         essential_count = 0
         largest = np.float32(0.0)  # the window's best sum: scores only grow, so the last value of each row
         for slot in range(first_essential, m):
-            at = position[slot]
-            window_start[slot] = at
-            stop = end[slot]
-            scale = np.float32(weight[slot])
-            while at < stop and postings[at] < limit:
-                offset = postings[at] - base
-                buffer[offset] += impacts[at] * scale
-                largest = max(largest, buffer[offset])
-                at += 1
+            window_start[slot] = position[slot]
+            at, largest = _add_window(postings, impacts, position[slot], end[slot], base, limit, weight[slot],
+                                      buffer, largest)
             essential_count += at - window_start[slot]
             position[slot] = at
         if essential_count * _SPARSE_RATIO < _WINDOW:
@@ -243,14 +278,8 @@ def _search_one(
             # Dense window: add the other lists too, then scan the buffer for rows above the k-th.
             for slot in range(first_essential - 1, -1, -1):
                 at = _advance(postings, position[slot], end[slot], base)
-                stop = end[slot]
-                scale = np.float32(weight[slot])
-                while at < stop and postings[at] < limit:
-                    offset = postings[at] - base
-                    buffer[offset] += impacts[at] * scale
-                    largest = max(largest, buffer[offset])
-                    at += 1
-                position[slot] = at
+                position[slot], largest = _add_window(postings, impacts, at, end[slot], base, limit, weight[slot],
+                                                      buffer, largest)
             cutoff = np.float32(heap_scores[0] * _CUTOFF_SLACK) if size == k else np.float32(0.0)
             # Once the k-th score is settled, most windows hold no row above it: only the others are
             # walked row by row.
