@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -154,3 +157,34 @@ def test_vocabulary_finds_every_word_it_was_built_from_and_no_other(tmp_path) ->
     assert reopened.lookup(words) == renumber.tolist()
     assert sorted(renumber.tolist()) == list(range(len(words)))
     assert reopened.lookup(["word5000", "", "naive"]) == [-1, -1, -1]
+
+
+_FRESH_PROCESS_SEARCH = (
+    "import sys\n"
+    "from agent_gym.retrieval_index.corpus import Document\n"
+    "from agent_gym.retrieval_index.impact import ImpactBM25\n"
+    "docs = [Document(str(i), '', f'word{i} shared') for i in range(50)]\n"
+    "hits = ImpactBM25.from_documents(docs).search_one('word3 shared', 3)\n"
+    "assert hits[0].id == '3', hits\n"
+    "print('numba' in sys.modules)\n"
+)
+
+
+def test_a_process_with_the_compiled_kernel_module_never_imports_numba() -> None:
+    from agent_gym.retrieval_index.impact import _extension_path, _kernel
+
+    _kernel()  # builds the module once per machine where a C compiler is present
+    if not _extension_path().is_file():
+        pytest.skip("no ahead-of-time kernel module on this machine (no C compiler): the JIT serves")
+    completed = subprocess.run([sys.executable, "-c", _FRESH_PROCESS_SEARCH], capture_output=True, text=True,
+                               timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "False"
+
+
+def test_without_the_compiled_module_the_jit_kernel_answers_the_same(tmp_path) -> None:
+    environment = dict(os.environ, AGENT_GYM_NO_AOT="1", AGENT_GYM_CACHE=str(tmp_path))
+    completed = subprocess.run([sys.executable, "-c", _FRESH_PROCESS_SEARCH], capture_output=True, text=True,
+                               timeout=300, env=environment)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "True"

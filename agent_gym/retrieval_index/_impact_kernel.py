@@ -331,3 +331,26 @@ def search_batch(
         out_counts[query] = _search_one(
             terms, offsets, postings, impacts, term_max, k, out_rows[query], out_scores[query], buffer
         )
+
+
+# The kernel's array types, as :func:`agent_gym.retrieval_index.impact.ImpactBM25` passes them.
+SIGNATURE = "void(i4[::1], i8[::1], i8[::1], i4[::1], f4[::1], f4[::1], i8, i4[:,::1], f4[:,::1], i4[::1])"
+
+
+def build_extension(out_dir: str, name: str) -> None:
+    """Compile :func:`search_batch` ahead of time into a C extension module ``name`` in ``out_dir``.
+
+    The module needs neither numba nor LLVM to run: a process that loads it instead of JIT-compiled code
+    holds ~135 MB less (measured: 69 vs 204 MB RSS after a search). Run in a child process (it imports
+    LLVM); needs a C compiler.
+    """
+    import warnings
+
+    from numba.pycc import CC
+
+    warnings.simplefilter("ignore")  # pycc's pending-deprecation notice
+    compiler = CC(name)
+    compiler.output_dir = out_dir
+    compiler.target_cpu = "host"  # built on the machine that runs it, for its CPU
+    compiler.export("search_batch", SIGNATURE)(search_batch.py_func)
+    compiler.compile()
