@@ -21,8 +21,9 @@ from agent_gym.retrieval_index.bm25 import (
     clean_query,
 )
 from agent_gym.retrieval_index.corpus import Document
+from agent_gym.retrieval_index.impact import ImpactBM25, numba_available
 
-ENGINES = [TantivyBM25, BM25sRetriever]
+ENGINES = [TantivyBM25, BM25sRetriever] + ([ImpactBM25] if numba_available() else [])
 
 JUNK_QUERIES = [
     "",
