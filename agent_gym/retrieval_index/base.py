@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidValue
 
 __all__ = [
     "MAX_QUERY_CHARS",
@@ -67,7 +67,7 @@ class IndexCorruptError(RetrievalError):
 def check_k(k: int) -> int:
     """``k`` itself if it is a non-negative ``int``; else ``ValueError``."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-        raise ValueError(f"k must be a non-negative int, got {k!r}")
+        raise InvalidValue(f"k must be a non-negative int, got {k!r}")
     return k
 
 
@@ -112,7 +112,7 @@ def documents_list(docs: Iterable[Any]) -> list[Any]:
     """``docs`` as a list; ``ValueError`` if there are none (no backend indexes an empty corpus)."""
     docs = docs if isinstance(docs, list) else list(docs)
     if not docs:
-        raise ValueError("cannot build an index over an empty corpus: it has no documents")
+        raise InvalidValue("cannot build an index over an empty corpus: it has no documents")
     return docs
 
 

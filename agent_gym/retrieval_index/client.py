@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from agent_gym.error import InvalidType, InvalidValue
 from agent_gym.retrieval_index.base import Hit, RetrievalError, Retriever
 
 # 5xx are retried: 503 while the index loads, 502/504 from a proxy, 500 from a failed search.
@@ -93,12 +94,12 @@ class RemoteRetriever(Retriever):
     def __init__(self, url: str | Sequence[str], timeout: float = 30.0, retries: int = 3, backoff: float = 0.5,
                  total_timeout: float = DEFAULT_TOTAL_TIMEOUT_S, probe_interval: float = 1.0) -> None:
         if timeout <= 0 or retries < 0 or backoff < 0 or total_timeout <= 0 or probe_interval <= 0:
-            raise ValueError(f"need timeout > 0, retries >= 0, backoff >= 0, total_timeout > 0, probe_interval > 0; "
+            raise InvalidValue(f"need timeout > 0, retries >= 0, backoff >= 0, total_timeout > 0, probe_interval > 0; "
                              f"got {timeout}, {retries}, {backoff}, {total_timeout}, {probe_interval}")
         urls = url.split(",") if isinstance(url, str) else list(url)
         urls = [_normalise_url(one) for one in urls if one.strip()]
         if not urls:
-            raise ValueError("RemoteRetriever needs at least one server URL")
+            raise InvalidValue("RemoteRetriever needs at least one server URL")
         self.urls = urls
         self.url = ",".join(urls)
         self.timeout = timeout
@@ -281,7 +282,7 @@ class RemoteRetriever(Retriever):
 
     def search(self, queries: Sequence[str], k: int = 5) -> list[list[Hit]]:
         if isinstance(queries, str):
-            raise TypeError("search takes a sequence of queries; use search_one for a single string")
+            raise InvalidType("search takes a sequence of queries; use search_one for a single string")
         queries = list(queries)
         if not queries:
             return []
@@ -289,7 +290,7 @@ class RemoteRetriever(Retriever):
         limits = self.health(deadline)
         max_k = int(limits.get("max_k", k))
         if not 1 <= k <= max_k:
-            raise ValueError(f"k must be between 1 and the server's max_k={max_k}, got {k}")
+            raise InvalidValue(f"k must be between 1 and the server's max_k={max_k}, got {k}")
         max_chars = int(limits.get("max_query_chars", 0)) or None
         chunk = max(1, int(limits.get("max_queries", len(queries))))
         results: list[list[Hit]] = []

@@ -26,6 +26,7 @@ from typing import IO, Any, overload
 
 import numpy as np
 
+from agent_gym.error import InvalidType, InvalidValue
 from agent_gym.jsonl import iter_jsonl
 from agent_gym.retrieval_index.base import Hit, IndexCorruptError
 
@@ -77,10 +78,10 @@ def _open_text(path: Path, mode: str) -> IO[str]:
 
 def _document_from_record(record: object, path: Path, line_number: int) -> Document:
     if not isinstance(record, dict):
-        raise ValueError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
+        raise InvalidValue(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
     doc_id = record.get("id", record.get("_id", record.get("docid")))
     if doc_id is None:
-        raise ValueError(
+        raise InvalidValue(
             f"{path}:{line_number}: document has no 'id' (or BEIR '_id') field; keys are {sorted(record)}"
         )
     if "text" in record:
@@ -90,7 +91,7 @@ def _document_from_record(record: object, path: Path, line_number: int) -> Docum
         title, _, text = str(record["contents"]).partition("\n")
         title = title.strip().strip('"')
     else:
-        raise ValueError(
+        raise InvalidValue(
             f"{path}:{line_number}: document {doc_id!r} has neither 'text' nor 'contents'; "
             f"expected {{'id','title','text'}}, BEIR {{'_id','title','text'}} or wiki-18 {{'id','contents'}}"
         )
@@ -103,7 +104,7 @@ def as_document(item: Document | Mapping[str, object]) -> Document:
         return item
     if isinstance(item, Mapping):
         return _document_from_record(dict(item), Path("<records>"), 0)
-    raise TypeError(f"expected a Document or a {{'id','title','text'}} mapping, got {type(item).__name__}")
+    raise InvalidType(f"expected a Document or a {{'id','title','text'}} mapping, got {type(item).__name__}")
 
 
 def iter_corpus(path: str | os.PathLike[str]) -> Iterator[Document]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import Hit, RetrievalError, Retriever, clean_query
 from agent_gym.retrieval_index.corpus import DocStore, Document, make_hits
 
@@ -199,7 +200,7 @@ def _make_faiss_index(faiss_index: str, vectors: np.ndarray, params: dict) -> ob
             index.pq.cp.min_points_per_centroid = 1
         index.train(vectors)
     else:
-        raise ValueError(f"unknown FAISS index {faiss_index!r}; choose one of {FAISS_INDEXES}")
+        raise InvalidValue(f"unknown FAISS index {faiss_index!r}; choose one of {FAISS_INDEXES}")
     index.add(vectors)
     return index
 
@@ -242,7 +243,7 @@ class DenseRetriever(Retriever):
             return encoder.encode_passages(docs, show_progress=show_progress)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.shape != (len(docs), encoder.dimension):
-            raise ValueError(
+            raise InvalidValue(
                 f"precomputed vectors have shape {vectors.shape}; expected {(len(docs), encoder.dimension)} "
                 f"(one {encoder.name} embedding per document)"
             )
@@ -267,7 +268,7 @@ class DenseRetriever(Retriever):
         """
         docs = docs if isinstance(docs, list) else list(docs)
         if not docs:
-            raise ValueError("cannot build an index over an empty corpus: it has no documents")
+            raise InvalidValue("cannot build an index over an empty corpus: it has no documents")
         encoder = encoder if isinstance(encoder, Encoder) else load_encoder(encoder)
         if vectors is None and cache_dir is not None:
             vectors = _cached_passage_vectors(docs, encoder, Path(cache_dir), show_progress)
@@ -297,9 +298,9 @@ class DenseRetriever(Retriever):
 
         docs = docs if isinstance(docs, list) else list(docs)
         if not docs:
-            raise ValueError("cannot build an index over an empty corpus: it has no documents")
+            raise InvalidValue("cannot build an index over an empty corpus: it has no documents")
         if faiss_index not in FAISS_INDEXES:
-            raise ValueError(f"unknown FAISS index {faiss_index!r}; choose one of {FAISS_INDEXES}")
+            raise InvalidValue(f"unknown FAISS index {faiss_index!r}; choose one of {FAISS_INDEXES}")
         encoder = encoder if isinstance(encoder, Encoder) else load_encoder(encoder)
         index = _make_faiss_index(faiss_index, cls._vectors(docs, encoder, vectors, show_progress), params)
         index_dir = Path(out_dir) / cls.SUBDIR

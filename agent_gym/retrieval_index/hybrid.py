@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import Hit, Retriever
 
 __all__ = ["HybridRetriever", "reciprocal_rank_fusion"]
@@ -41,7 +42,7 @@ class HybridRetriever(Retriever):
 
     def __init__(self, first: Retriever, second: Retriever, k_rrf: float = 60.0, depth: int = 50):
         if k_rrf <= 0:
-            raise ValueError(f"k_rrf must be positive, got {k_rrf}")
+            raise InvalidValue(f"k_rrf must be positive, got {k_rrf}")
         self.first, self.second = first, second
         self.k_rrf = float(k_rrf)
         self.depth = int(depth)

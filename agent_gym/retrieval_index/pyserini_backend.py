@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import (
     MAX_QUERY_TERMS,
     Hit,
@@ -168,7 +169,7 @@ class PyseriniBM25(Retriever):
                     handle.write("\n")
                     count += 1
             if count == 0:
-                raise ValueError("cannot build an index over an empty corpus: it has no documents")
+                raise InvalidValue("cannot build an index over an empty corpus: it has no documents")
             command = [
                 sys.executable,
                 "-c",

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.server import STARTUP_FAILURE, SUPERVISOR_PID_ENV, IndexLoadError
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class ReplicaSupervisor:
     def __init__(self, command_for_port: Callable[[int], Sequence[str]], ports: Sequence[int],
                  restart_delay: float = 1.0) -> None:
         if not ports:
-            raise ValueError("ReplicaSupervisor needs at least one port")
+            raise InvalidValue("ReplicaSupervisor needs at least one port")
         self.command_for_port = command_for_port
         self.children = [_Child(port) for port in ports]
         self.restart_delay = restart_delay

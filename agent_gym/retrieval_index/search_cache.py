@@ -10,6 +10,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import Hit, Retriever
 
 
@@ -22,7 +23,7 @@ class CachedRetriever(Retriever):
 
     def __init__(self, inner: Retriever, max_entries: int = 100_000) -> None:
         if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+            raise InvalidValue(f"max_entries must be >= 1, got {max_entries}")
         self.inner = inner
         self.max_entries = max_entries
         self.name = f"cached-{inner.name}"

@@ -47,7 +47,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from agent_gym.error import AgentGymError
+from agent_gym.error import AgentGymError, InvalidValue
 from agent_gym.retrieval_index.base import Hit, Retriever
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def _unpack(raw: bytes) -> Any:
     try:
         return msgspec.msgpack.decode(raw)
     except msgspec.DecodeError as error:
-        raise ValueError(str(error)) from error
+        raise InvalidValue(str(error)) from error
 
 
 def _pack(payload: Any) -> bytes:
@@ -253,9 +253,9 @@ def _manifest_document_count(index_dir: str) -> int | None:
 
 def _check_limits(max_queries: int, max_query_chars: int, default_k: int, max_k: int) -> None:
     if not 1 <= default_k <= max_k:
-        raise ValueError(f"need 1 <= default_k ({default_k}) <= max_k ({max_k})")
+        raise InvalidValue(f"need 1 <= default_k ({default_k}) <= max_k ({max_k})")
     if max_queries < 1 or max_query_chars < 1:
-        raise ValueError(f"max_queries ({max_queries}) and max_query_chars ({max_query_chars}) must be >= 1")
+        raise InvalidValue(f"max_queries ({max_queries}) and max_query_chars ({max_query_chars}) must be >= 1")
 
 
 def _finite(score: float) -> float | None:
@@ -545,14 +545,14 @@ def serve(
     listening socket. ``cache_entries > 0`` puts an LRU cache per worker in front of the retriever.
     """
     if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+        raise InvalidValue(f"workers must be >= 1, got {workers}")
     _check_limits(max_queries, max_query_chars, default_k, max_k)
     options = {"max_queries": max_queries, "max_query_chars": max_query_chars, "default_k": default_k,
                "max_k": max_k, "cache_entries": cache_entries, "exit_on_load_failure": True}
 
     if callable(index_dir_or_factory):
         if workers != 1:
-            raise ValueError("a factory callable serves with one worker; for several workers pass an index "
+            raise InvalidValue("a factory callable serves with one worker; for several workers pass an index "
                              "directory or a 'module:function' string")
         factory = index_dir_or_factory
         if cache_entries:
