@@ -101,7 +101,7 @@ def _split_params(backend: str, params: dict[str, Any]) -> tuple[str, dict[str, 
 
 def _sparse_class(engine: str) -> type:
     if engine == "impact":
-        from agent_gym.retrieval_index.impact import ImpactBM25  # numba: import only when used
+        from agent_gym.retrieval_index.impact import ImpactBM25  # loads its compiled kernel: import only when used
 
         return ImpactBM25
     if engine == "tantivy":
