@@ -8,7 +8,7 @@ the built-in (``except ValueError``) keeps working.
 
 from __future__ import annotations
 
-__all__ = ["AgentGymError", "InvalidValue", "InvalidType", "KeyNotFound"]
+__all__ = ["AgentGymError", "InvalidValue", "InvalidType", "KeyNotFound", "IndexOutOfRange"]
 
 
 class AgentGymError(Exception):
@@ -29,3 +29,7 @@ class KeyNotFound(AgentGymError, KeyError):
     def __str__(self) -> str:
         # KeyError's str() is the repr of its argument; a message reads better without the quotes.
         return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
+class IndexOutOfRange(AgentGymError, IndexError):
+    """A position (a document row, a slot) outside the sequence it indexes; the message gives the valid range."""

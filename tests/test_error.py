@@ -122,7 +122,13 @@ def _raised_builtins(relative_paths: tuple[str, ...]) -> list[str]:
         paths += sorted(path.rglob("*.py")) if path.is_dir() else [path]
     found = []
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        # IndexError out of __getitem__ is the sequence protocol (iteration stops on it), not a validation error.
+        protocol = {id(node) for function in ast.walk(tree) if isinstance(function, ast.FunctionDef)
+                    and function.name == "__getitem__" for node in ast.walk(function)}
+        for node in ast.walk(tree):
+            if id(node) in protocol:
+                continue
             if isinstance(node, ast.Raise) and node.exc is not None:
                 raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
                 if isinstance(raised, ast.Name) and raised.id in VALIDATION_BUILTINS:
@@ -163,3 +169,16 @@ def test_a_validation_error_is_caught_by_agent_gym_error_and_by_its_builtin(call
     with pytest.raises(AgentGymError) as caught:
         call(gym)
     assert isinstance(caught.value, builtin)
+
+
+def test_no_module_of_the_package_raises_a_bare_builtin_validation_error() -> None:
+    """Beyond the validating modules: trainers, adapters, tools, the CLI... (the sandbox's child is left out: it
+    runs model-written code with the standard library alone, and imports nothing of agent_gym)."""
+    from pathlib import Path
+
+    import agent_gym
+
+    root = Path(agent_gym.__file__).parent
+    modules = tuple(str(path.relative_to(root)) for path in sorted(root.rglob("*.py"))
+                    if path.name != "sandbox_child.py")
+    assert _raised_builtins(modules) == []

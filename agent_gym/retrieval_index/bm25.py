@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import (
     MAX_QUERY_CHARS,
     MAX_QUERY_TERMS,
@@ -234,7 +235,7 @@ class TantivyBM25(Retriever):
         count = cls._fill(tantivy.Index(cls._schema(), path=str(index_dir), reuse=False), docs, show_progress)
         if count == 0:
             shutil.rmtree(index_dir)
-            raise ValueError("cannot build an index over an empty corpus: it has no documents")
+            raise InvalidValue("cannot build an index over an empty corpus: it has no documents")
         if store_docs:
             DocStore.write(docs, out_dir)
 

@@ -26,7 +26,7 @@ from typing import IO, Any, overload
 
 import numpy as np
 
-from agent_gym.error import InvalidType, InvalidValue
+from agent_gym.error import IndexOutOfRange, InvalidType, InvalidValue
 from agent_gym.jsonl import iter_jsonl
 from agent_gym.retrieval_index.base import Hit, IndexCorruptError
 
@@ -244,7 +244,7 @@ class DocStore(Sequence[Document]):
     def _record(self, row: int) -> dict[str, Any]:
         start, end = int(self._offsets[row]), int(self._offsets[row + 1])
         if self._file.closed:  # its descriptor number may already belong to another file
-            raise ValueError("read from a closed document store")
+            raise InvalidValue("read from a closed document store")
         line = os.pread(self._fd, end - start, start) if self._fd is not None else self._map[start:end]
         try:
             return _decode_json(line)
@@ -258,7 +258,7 @@ class DocStore(Sequence[Document]):
         for row, score in zip(rows, scores, strict=True):
             row = int(row)
             if not 0 <= row < count:
-                raise IndexError(f"document row {row} out of range (store has {count})")
+                raise IndexOutOfRange(f"document row {row} out of range (store has {count})")
             record = self._record(row)
             hits.append(Hit(id=record["id"], title=record["title"], text=record["text"], score=float(score)))
         return hits

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import (
     MAX_QUERY_TERMS,
     Hit,
@@ -322,7 +323,7 @@ class ImpactBM25(Retriever):
             lengths.append(len(tokens))
         n_docs = len(lengths)
         if n_docs == 0:
-            raise ValueError("cannot build an index over an empty corpus: it has no documents")
+            raise InvalidValue("cannot build an index over an empty corpus: it has no documents")
         vocab, renumber = Vocabulary.build(list(first_seen))
         del first_seen
         length = np.frombuffer(lengths, dtype=np.int32)
