@@ -49,9 +49,10 @@ __all__ = [
 
 # Chosen by benchmarks/retrieval.py (steady state, 1 thread and 1 CPU each, 3 repeats; benchmarks/README.md):
 # the impact engine (impact.py: precomputed BM25 weights, MaxScore pruning, a compiled kernel) searched
-# 8.2x / 6.1x Pyserini's batch q/s at 10^5 / 10^6 synthetic pages and 5.8x on Wikipedia-like text, with
-# 0.97-0.99 top-10 overlap (Pyserini's own scores and tie order) at 0.07-0.45x its peak RSS; tantivy ran
-# 1.0-4.7x. numba (needed once, to compile the kernel) is not a core dependency: without it, tantivy.
+# 7.8x / 5.1x (6.1x in a rerun) Pyserini's batch q/s at 10^5 / 10^6 synthetic pages and 5.5x on
+# Wikipedia-like text, with 0.97-0.99 top-10 overlap (Pyserini's own scores and tie order) at 0.07-0.29x its
+# peak RSS; tantivy ran 1.0-5.0x. numba (needed once, to compile the kernel) is not a core dependency:
+# without it, tantivy.
 DEFAULT_BM25_BACKEND = "impact" if importlib.util.find_spec("numba") is not None else "tantivy"
 
 # Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET, which Pyserini's default analyzer uses.
