@@ -27,3 +27,16 @@ def test_constant_holds_the_peak_after_the_warm_up() -> None:
 
 def test_no_warm_up_starts_at_the_peak() -> None:
     assert lr_factor(0, warmup_steps=0, total_steps=10) == pytest.approx(1.0)
+
+
+def test_sfts_overlapping_warm_up_is_its_original_schedule() -> None:
+    import math
+
+    def original(step: int, warmup: int, steps: int) -> float:  # agent_gym/trainers/sft.py before issue 20
+        return min(1.0, (step + 1) / max(1, warmup)) * 0.5 * (1 + math.cos(math.pi * min(step, steps) / steps))
+
+    for warmup, steps in ((10, 30), (3, 5), (0, 7)):
+        expected = [original(step, warmup, steps) for step in range(steps + 3)]
+        got = [lr_factor(step, warmup_steps=warmup, total_steps=steps, warmup_overlaps=True)
+               for step in range(steps + 3)]
+        assert got == pytest.approx(expected)

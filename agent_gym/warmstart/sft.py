@@ -136,7 +136,7 @@ def train_sft(
     steps_per_epoch = math.ceil(len(rows) / config.batch_size)
     steps = config.epochs * steps_per_epoch
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup_steps=config.warmup_steps,
-                                                                      total_steps=steps))
+                                                                      total_steps=steps, warmup_overlaps=True))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     step = 0
     run = _run_identity(config, len(rows))
