@@ -1,8 +1,8 @@
 """Where `agent-gym eval` writes its records, and how a run is named in its table.
 
-Runs with different settings (env kwargs, model, decoding) never share a file: the default file name carries a
-readable summary of the settings plus a hash of all of them. The table's ``run`` column gets only the short
-summary; the full settings are in the file name's hash and the records.
+Runs with different settings (episode count, env kwargs, model, decoding) never share a file: the default file
+name carries the episode count, a readable summary of the settings and a hash of all of them. The table's ``run``
+column gets the short summary and the same hash, so a row names its file even where the summary is cut.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["eval_output_path", "file_safe", "short_settings"]
+__all__ = ["eval_output_path", "file_safe", "settings_digest", "short_settings"]
 
 _VALUE_CHARS = 20  # a longer value is cut, with "…"
 
@@ -32,20 +32,42 @@ def _short_value(value: Any) -> str:
 
 
 def short_settings(settings: Mapping[str, Any], limit: int = 48) -> str:
-    """``key=value`` pairs, paths cut to their file name and long values cut, the whole at most ``limit`` long."""
-    text = " ".join(f"{key}={_short_value(value)}" for key, value in settings.items())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``key=value`` pairs in their order, paths cut to their file name and long values cut, the whole at most
+    ``limit`` long.
+
+    Where the pairs do not fit, the longest are left out (``…`` marks the gap) rather than the text being cut
+    at ``limit``: a cut lands in the middle of a long value (``kinds=[…``) and hides the short settings after
+    it (``hops=1``), which are the ones that tell two runs apart.
+    """
+    pairs = [f"{key}={_short_value(value)}" for key, value in settings.items()]
+    kept = list(range(len(pairs)))
+
+    def text() -> str:
+        shown = " ".join(pairs[index] for index in kept)
+        return shown + (" …" if len(kept) < len(pairs) else "")
+
+    while len(text()) > limit and kept:
+        kept.remove(max(kept, key=lambda index: len(pairs[index])))
+    return text() if len(text()) <= limit else "…"
 
 
-def eval_output_path(env_id: str, label: str, identity: Mapping[str, Any], root: str | Path = "runs") -> Path:
-    """``runs/eval-ENV-LABEL[-SETTINGS-HASH].jsonl``: no suffix for a scripted policy on the env's defaults.
+def settings_digest(identity: Mapping[str, Any]) -> str:
+    """8 hex digits of a hash of every setting in ``identity`` (key order aside)."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
-    ``identity`` holds every setting that changes the results (env kwargs, model path, decoding); two evals
-    share a file only if all of them are equal.
+
+def eval_output_path(env_id: str, label: str, identity: Mapping[str, Any], root: str | Path = "runs",
+                     episodes: int | None = None) -> Path:
+    """``runs/eval-ENV-LABEL[-Nep][-SETTINGS-HASH].jsonl``: no hash for a scripted policy on the env's defaults.
+
+    ``episodes`` is the number of episodes the eval plays; ``identity`` holds every other setting that changes
+    the results (env kwargs, model path, decoding); two evals share a file only if all of them are equal.
     """
     name = f"eval-{file_safe(env_id)}-{file_safe(label)}"
+    if episodes is not None:
+        name += f"-{episodes}ep"
+    if identity.get("env_kwargs"):
+        name += "-" + file_safe(short_settings(identity["env_kwargs"], limit=40).replace("…", ""))
     if identity:
-        digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
-        readable = file_safe(short_settings(identity.get("env_kwargs") or {}, limit=40).replace("…", ""))
-        name += f"-{readable}-{digest}" if identity.get("env_kwargs") else f"-{digest}"
+        name += f"-{settings_digest(identity)}"
     return Path(root) / f"{name}.jsonl"

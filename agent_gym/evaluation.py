@@ -10,6 +10,7 @@ tasks' supporting titles) read the env's ``task`` and ``tools``, which ``ToolEnv
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -23,7 +24,16 @@ from tqdm.auto import tqdm
 from agent_gym.episode_summary import METRIC_NAMES, EpisodeSummary, summarize_episodes
 from agent_gym.policies import Policy
 
-__all__ = ["EpisodeRecord", "run_episode", "iter_episodes", "evaluate", "summarize", "format_table"]
+__all__ = [
+    "EpisodeRecord",
+    "EvaluationInterrupted",
+    "evaluate",
+    "format_table",
+    "iter_episodes",
+    "partial_output_path",
+    "run_episode",
+    "summarize",
+]
 
 
 @dataclass
@@ -82,15 +92,37 @@ def iter_episodes(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0,
                           keep_messages=keep_messages)
 
 
+class EvaluationInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :func:`evaluate`: the records of the episodes that finished, and the file that holds them.
+
+    A ``KeyboardInterrupt``, so code that does not look for it stops as before.
+    """
+
+    def __init__(self, records: list[EpisodeRecord], planned: int, partial_path: Path | None) -> None:
+        where = f"; its records are in {partial_path}" if partial_path else ""
+        super().__init__(f"evaluation interrupted after {len(records)} of {planned} episodes{where}")
+        self.records, self.planned, self.partial_path = records, planned, partial_path
+
+
+def partial_output_path(out_path: str | Path) -> Path:
+    """Where :func:`evaluate` writes the records of ``out_path`` until the last episode ends (``X.partial.jsonl``)."""
+    path = Path(out_path)
+    return path.with_name(f"{path.stem}.partial{path.suffix}")
+
+
 def evaluate(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0, out_path: str | Path | None = None,
              progress: bool = True, description: str = "eval") -> list[EpisodeRecord]:
     """Evaluate on the first ``episodes`` tasks of the env's task list (distinct tasks, in order).
 
     Episode ``i`` resets with ``options={"task_index": i}``. An env that does not expose its task list
-    (``env.unwrapped.tasks``; a ``RemoteEnv``) plays ``episodes`` episodes. Each record is appended to
-    ``out_path`` (JSONL) as soon as its episode ends, so an interrupted run keeps what it measured. A policy's
-    ``check_env`` (or ``check_tasks``) runs first: a scripted policy raises ``PolicyError`` on an env it cannot
-    play (the oracle on tasks without gold decompositions, naive-rag on an env without a search tool).
+    (``env.unwrapped.tasks``; a ``RemoteEnv``) plays ``episodes`` episodes. A policy's ``check_env`` (or
+    ``check_tasks``) runs first: a scripted policy raises ``PolicyError`` on an env it cannot play (the oracle on
+    tasks without gold decompositions, naive-rag on an env without a search tool).
+
+    With ``out_path``, each record is appended to :func:`partial_output_path` (JSONL) as soon as its episode
+    ends, and that file replaces ``out_path`` only once every episode has ended: an earlier complete result in
+    ``out_path`` survives a run that is interrupted or fails, and the interrupted run keeps what it measured.
+    Ctrl-C raises :class:`EvaluationInterrupted`, which holds the finished episodes' records.
     """
     tasks = getattr(env.unwrapped, "tasks", None)
     count = min(episodes, len(tasks)) if tasks is not None else episodes
@@ -100,18 +132,23 @@ def evaluate(env: gym.Env, policy: Policy, episodes: int, *, seed: int = 0, out_
     elif callable(check_tasks) and tasks is not None:  # e.g. the oracle refuses tasks without gold decompositions
         check_tasks(tasks[:count])
     records: list[EpisodeRecord] = []
-    if out_path:
-        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    handle = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
+    partial = partial_output_path(out_path) if out_path else None
+    if partial:
+        partial.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(partial, "w", encoding="utf-8") if partial else None  # noqa: SIM115 - closed below
     try:
         for record in iter_episodes(env, policy, count, seed=seed, progress=progress, description=description):
             records.append(record)
             if handle:
                 handle.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
                 handle.flush()
+    except KeyboardInterrupt:
+        raise EvaluationInterrupted(records, count, partial) from None
     finally:
         if handle:
             handle.close()
+    if partial:
+        os.replace(partial, out_path)  # atomic: a reader sees the earlier complete file or this one
     return records
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -52,7 +53,9 @@ def test_eval_prints_a_table_with_the_policy_row(tmp_path: Path, capsys: pytest.
     main(["eval", "AgentR1-SynthHop-v0", "--policy", "oracle", "--episodes", "5", "--out", str(out),
           "--no-progress", *SMALL_WORLD_ARGS])
     table = capsys.readouterr().out
-    assert "| run | episodes | em | f1 |" in table and "| oracle num_pages=2000 num_questions=50 | 5 | 1.000 |" in table
+    assert "| run | episodes | em | f1 |" in table
+    # the settings' short form, then the hash of all of them (the one in the default file name)
+    assert re.search(r"^\| oracle num_pages=2000 num_questions=50 [0-9a-f]{8} \| 5 \| 1\.000 \|", table, re.M)
 
 
 def test_eval_writes_one_jsonl_line_per_episode(tmp_path: Path) -> None:
@@ -225,7 +228,7 @@ def test_eval_says_when_the_env_has_fewer_tasks_than_episodes_asked(
                  "--env-kwarg", "num_questions=3"]) == 0
     captured = capsys.readouterr()
     assert "has 3 tasks: running 3 episodes, not 5" in captured.err
-    assert "| oracle num_pages=2000 num_questions=3 | 3 |" in captured.out
+    assert re.search(r"^\| oracle num_pages=2000 num_questions=3 [0-9a-f]{8} \| 3 \|", captured.out, re.M)
 
 
 def test_oracle_refuses_an_env_without_gold_decompositions(capsys: pytest.CaptureFixture[str], tmp_path: Path,
@@ -258,7 +261,7 @@ def test_eval_output_file_names_have_no_colon(tmp_path: Path, monkeypatch: pytes
     assert main(["eval", "agent_gym:AgentR1-Calculator-v0", "--policy", "random", "--episodes", "1",
                  "--no-progress"]) == 0
     written = [path.name for path in (tmp_path / "runs").iterdir()]
-    assert written == ["eval-agent_gym_AgentR1-Calculator-v0-random.jsonl"]
+    assert written == ["eval-agent_gym_AgentR1-Calculator-v0-random-1ep.jsonl"]
 
 
 def test_evals_with_other_env_kwargs_write_other_files_and_keep_the_run_column_short(
@@ -309,7 +312,7 @@ def test_eval_takes_env_kwargs_as_json_and_as_pairs_with_pairs_winning(
     assert main(["eval", "AgentR1-SynthHop-v0", "--policy", "oracle", "--episodes", "2", "--no-progress",
                  "--out", str(tmp_path / "o.jsonl"), "--env-kwargs", '{"num_pages": 2000, "num_questions": 9}',
                  "--env-kwarg", "num_questions=50"]) == 0
-    assert "| oracle num_pages=2000 num_questions=50 | 2 |" in capsys.readouterr().out
+    assert re.search(r"^\| oracle num_pages=2000 num_questions=50 [0-9a-f]{8} \| 2 \|", capsys.readouterr().out, re.M)
 
 
 @pytest.mark.parametrize("command", ["sft", "model init", "train", "eval", "play"])

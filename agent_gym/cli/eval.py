@@ -63,8 +63,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="episodes, one per task in the env's task order (at most the env's task count)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None,
-                        help="per-episode JSONL (default: runs/eval-ENV-POLICY[-SETTINGS-HASH].jsonl, one file per "
-                             "env kwargs, model and decoding settings)")
+                        help="per-episode JSONL (default: runs/eval-ENV-POLICY-Nep[-SETTINGS-HASH].jsonl, one file "
+                             "per episode count, env kwargs, model and decoding settings); written to "
+                             "OUT's .partial.jsonl until the last episode ends, so an interrupted eval leaves an "
+                             "earlier OUT as it was")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_env_kwargs_arguments(parser)
 
@@ -90,7 +92,7 @@ def _eval_identity(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from agent_gym.evaluation import evaluate, format_table, summarize
+    from agent_gym.evaluation import EvaluationInterrupted, evaluate, format_table, summarize
     from agent_gym.policies import PolicyError, make_policy
 
     env_kwargs = env_kwargs_from_args(args)
@@ -139,18 +141,31 @@ def run_eval(args: argparse.Namespace) -> int:
     if 0 < task_count < args.episodes:
         print(f"{args.env_id} has {task_count} tasks: running {task_count} episodes, not {args.episodes}",
               file=sys.stderr)
-    from agent_gym.eval_output import eval_output_path, short_settings
+    from agent_gym.eval_output import eval_output_path, settings_digest, short_settings
 
-    settings = short_settings(env_kwargs)  # the full settings are in the file's name and records
+    episodes = min(args.episodes, task_count) if task_count else args.episodes
+    identity = _eval_identity(args)
+    # the hash names the file too, so a row whose short form is cut still says which run it is
+    digest = settings_digest(identity) if identity else ""
+    settings = " ".join(part for part in (short_settings(env_kwargs), digest) if part)
     rows = []
     try:
         for label, policy in runs:
-            out = Path(args.out) if args.out else eval_output_path(args.env_id, label, _eval_identity(args))
+            out = Path(args.out) if args.out else eval_output_path(args.env_id, label, identity, episodes=episodes)
             if args.out and len(runs) > 1:
                 out = out.with_name(f"{out.stem}-{_file_safe(label)}{out.suffix}")
-            with user_errors(PolicyError):
-                records = evaluate(env, policy, args.episodes, seed=args.seed, out_path=out,
-                                   progress=not args.no_progress, description=f"{args.env_id} / {label}")
+            try:
+                with user_errors(PolicyError):
+                    records = evaluate(env, policy, args.episodes, seed=args.seed, out_path=out,
+                                       progress=not args.no_progress, description=f"{args.env_id} / {label}")
+            except EvaluationInterrupted as stopped:
+                # what finished is still a measurement: show it, marked partial, and say where it is
+                rows.append((f"{label} {settings} (partial)".strip(), summarize(stopped.records)))
+                print(format_table(rows))
+                kept = f"; {out} keeps the earlier complete results" if out.exists() else ""
+                print(f"agent-gym eval: interrupted after {len(stopped.records)} of {stopped.planned} episodes of "
+                      f"{label}: their records are in {stopped.partial_path}{kept}", file=sys.stderr)
+                return 130
             rows.append((f"{label} {settings}".strip(), summarize(records)))
             unfollowed = getattr(policy, "unfollowed", None)
             if unfollowed:  # the oracle's EM is below 1 by these: say why where the number shows
