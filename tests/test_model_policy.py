@@ -92,3 +92,12 @@ def test_a_model_plays_whole_episodes_in_the_eval_loop(model_dir, env):
     assert [m["content"] for m in record.messages if m["role"] == "assistant"] == actions
     assert (record.turns, record.terminated, record.reward, record.em, record.answer) == (
         len(actions), terminated, reward, info["reward_components"]["em"], info.get("answer"))
+
+
+def test_a_missing_dot_slash_model_folder_is_refused_at_once_not_sent_to_the_hub(tmp_path, monkeypatch):
+    from agent_gym.models.model_init import ModelInitError
+
+    monkeypatch.chdir(tmp_path)  # no models/ here: without its "./" the name would read as a hub id
+    monkeypatch.setattr("agent_gym.models.pretrained.hub_reachable", lambda: pytest.fail("asked the hub"))
+    with pytest.raises(ModelInitError, match=r"'\./models/nonexistent' does not exist"):
+        ModelPolicy.from_pretrained("./models/nonexistent")

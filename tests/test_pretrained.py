@@ -21,6 +21,8 @@ from agent_gym.models.pretrained import (
     cache_root,
     convert,
     get_model,
+    hub_offline,
+    hub_reachable,
     resolve_model,
 )
 
@@ -62,6 +64,7 @@ def test_a_known_name_resolves_to_its_converted_checkpoint(monkeypatch: pytest.M
 def test_paths_and_hub_ids_resolve_as_given_and_a_missing_folder_is_named(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_model(str(tmp_path)) == str(tmp_path)
+    monkeypatch.setattr("agent_gym.models.pretrained.hub_reachable", lambda: True)
     assert resolve_model("Qwen/Qwen2.5-3B-Instruct") == "Qwen/Qwen2.5-3B-Instruct"
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
@@ -141,3 +144,72 @@ def test_the_real_model_answers_a_question_by_name(converted: Path, monkeypatch:
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     output = model.generate(**ids, max_new_tokens=12, do_sample=False)
     assert "Paris" in tokenizer.decode(output[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def test_a_missing_dot_slash_folder_fails_at_once_naming_its_nearest_sibling(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "tiny-run").mkdir(parents=True)
+    monkeypatch.setattr("agent_gym.models.pretrained.hub_reachable", lambda: pytest.fail("asked the hub"))
+    with pytest.raises(PretrainedModelError, match=r"'\./models/tiny-rn' does not exist \(did you mean "
+                                                   r"'\./models/tiny-run'\?\)") as raised:
+        resolve_model("./models/tiny-rn")
+    assert raised.value.missing_folder
+    with pytest.raises(PretrainedModelError, match="does not exist") as raised:
+        resolve_model("./models/nonexistent")
+    assert "did you mean" not in str(raised.value)
+
+
+def test_a_typo_of_a_known_name_is_refused_with_the_name_meant(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("agent_gym.models.pretrained.hub_reachable", lambda: pytest.fail("asked the hub"))
+    with pytest.raises(PretrainedModelError, match=f"did you mean '{NAME}'"):
+        resolve_model("smollm2-360m-instruct")
+
+
+def test_a_hub_id_neither_cached_nor_reachable_is_refused_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("agent_gym.models.pretrained.hub_reachable", lambda: False)
+    monkeypatch.setattr("agent_gym.models.pretrained.in_hub_cache", lambda repo_id: False)
+    with pytest.raises(PretrainedModelError, match="hub cannot be reached"):
+        resolve_model("Org/Not-Cached")
+
+
+def test_a_cached_hub_id_loads_offline_when_no_hub_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr("agent_gym.models.pretrained.hub_reachable", lambda: False)
+    monkeypatch.setattr("agent_gym.models.pretrained.in_hub_cache", lambda repo_id: True)
+    assert resolve_model("Org/Cached") == "Org/Cached"
+    assert hub_offline()
+
+
+def test_hub_offline_means_the_hub_is_not_reachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert not hub_reachable()
+
+
+def test_saving_an_adapter_on_a_known_model_asks_no_hub_and_warns_nothing(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("AGENT_GYM_CACHE", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    checkpoint = tmp_path / "models" / NAME
+    checkpoint.mkdir(parents=True)
+    (checkpoint / PROVENANCE_FILE).write_text("{}")
+    monkeypatch.setattr("peft.utils.other.file_exists", lambda *args, **kwargs: pytest.fail("asked the hub"))
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2)
+    model = AutoModelForCausalLM.from_config(config)
+    model.name_or_path = model.config._name_or_path = NAME  # as a known model is named after loading
+    adapter = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resolve_model(NAME)  # what load_model_and_tokenizer does first
+        adapter.save_pretrained(tmp_path / "adapter")
+    assert [str(warning.message) for warning in caught if NAME in str(warning.message)] == []
+    assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == NAME

@@ -231,7 +231,7 @@ def load_model_and_tokenizer(
     that holds only an adapter may also be passed as ``name_or_path``; its base model is the one it names.
     Ensures the tokenizer has a pad token and a chat template, and pads on the left (for generation).
     """
-    from agent_gym.models.pretrained import PretrainedModelError, is_known_model, resolve_model
+    from agent_gym.models.pretrained import PretrainedModelError, hub_offline, is_known_model, resolve_model
 
     if adapter is None and is_adapter_dir(name_or_path):
         adapter, name_or_path = name_or_path, adapter_base_model(name_or_path)
@@ -241,9 +241,10 @@ def load_model_and_tokenizer(
         if not error.missing_folder:
             raise
         raise ModelInitError(f"{error}; or build one with `agent-gym model init --preset tiny --out DIR`") from error
+    local_only = hub_offline()  # set by resolve_model when no hub is needed or none answers
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location)
-        model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, local_files_only=local_only)
     except OSError as error:
         raise ModelInitError(
             f"cannot load a model from {name_or_path!r} ({error}); build one with "

@@ -15,13 +15,19 @@ The cache root is ``$AGENT_GYM_CACHE/models`` (default ``~/.cache/agent-gym/mode
 from __future__ import annotations
 
 import datetime
+import difflib
 import errno
 import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
+import socket
+import threading
+import urllib.parse
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -196,24 +202,116 @@ def get_model(name: str, out: str | Path | None = None, force: bool = False) -> 
 
 def resolve_model(name_or_path: str | os.PathLike) -> str:
     """A loadable location for ``--model``: a known name becomes its converted checkpoint (converted on first use),
-    an existing path stays, and a path-like string that does not exist is refused (never sent to a hub)."""
+    an existing path stays, and a hub id stays when it is in the local Hugging Face cache or the hub answers.
+
+    Refused at once, never sent to a hub (whose retries took 53 s here): a path-like string that does not exist, a
+    name close to a known one (``smollm2-360m-instruct``), and a hub id that is not cached while no hub can be
+    reached. Each refusal says what was meant, when something close exists."""
     text = str(name_or_path)
-    if Path(text).exists():
-        return text
+    if Path(text).expanduser().exists():
+        return str(Path(text).expanduser()) if text.startswith("~") else text
     if text in KNOWN_MODELS:
+        _work_offline()
         return str(get_model(text))
     if _looks_local(text):
         raise PretrainedModelError(
-            f"model folder {text!r} does not exist; pass an existing directory, a known name "
+            f"model folder {text!r} does not exist{_did_you_mean(text)}; pass an existing directory, a known name "
             f"({', '.join(sorted(KNOWN_MODELS))}), or a Hugging Face id that is already in the local HF cache",
             missing_folder=True,
         )
-    return text
+    close = difflib.get_close_matches(text.lower(), KNOWN_MODELS, n=1, cutoff=0.8)
+    if close:
+        raise PretrainedModelError(f"unknown model name {text!r}; did you mean {close[0]!r}? Known names: "
+                                   f"{', '.join(sorted(KNOWN_MODELS))}")
+    if hub_reachable():
+        return text
+    if in_hub_cache(text):
+        _work_offline()
+        return text
+    raise PretrainedModelError(
+        f"model {text!r} is not a local folder, not a known name ({', '.join(sorted(KNOWN_MODELS))}), and not in "
+        "the local Hugging Face cache, and the hub cannot be reached (offline); pass a local model directory, "
+        "or get a real model with `agent-gym model get smollm2-135m-instruct`"
+    )
 
 
 def _looks_local(text: str) -> bool:
     """Whether a missing ``--model`` is meant as a folder: a hub id is ``org/name``, one slash, and its ``org`` is
     not a local directory (``runs/nope`` is a folder when ``runs/`` exists)."""
-    if text.startswith((".", "/", "~")) or text.count("/") > 1:
+    if text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep != "/" and os.sep in text:
         return True
     return "/" in text and Path(text.split("/")[0]).is_dir()
+
+
+def _did_you_mean(text: str) -> str:
+    """``" (did you mean 'X'?)"`` for the nearest existing sibling of a missing path (or a known name), else ``""``."""
+    path = Path(text).expanduser()
+    parent = path.parent
+    while not parent.is_dir() and parent != parent.parent:  # the deepest folder that exists
+        path, parent = parent, parent.parent
+    try:
+        siblings = {entry.name: entry for entry in parent.iterdir() if entry.is_dir()}
+    except OSError:
+        siblings = {}
+    close = difflib.get_close_matches(path.name, [*siblings, *KNOWN_MODELS], n=1, cutoff=0.6)
+    if not close:
+        return ""
+    if close[0] not in siblings:
+        return f" (did you mean the known name {close[0]!r}?)"
+    shown = str(parent / close[0])
+    if text.startswith("./") and not shown.startswith((".", "/")):
+        shown = f"./{shown}"
+    return f" (did you mean {shown!r}?)"
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    """Whether ``repo_id``'s config is in the local Hugging Face cache (so it loads with no hub)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # an id the hub library rejects (HFValidationError) is simply not cached
+        return False
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set to a true value now (huggingface_hub reads it once, at import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers a TCP connect within ``timeout`` seconds (``HF_HUB_OFFLINE`` set: no).
+
+    The connect runs in a daemon thread so that a resolver that hangs costs ``timeout``, not its own retries."""
+    if hub_offline():
+        return False
+    host = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname
+    if not host:
+        return False
+    result: list[bool] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, 443), timeout=timeout).close()
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(result and result[0])
+
+
+def _work_offline() -> None:
+    """Keep the hub libraries off the network for the rest of the process (a model that needs no hub was chosen).
+
+    Without it, transformers retries an unreachable hub for ~50 s before it reads a cached id, and ``peft`` looks
+    the base model's ``config.json`` up on the hub when it saves an adapter whose base is a known name (no folder
+    of that name in the working directory), warning twice when that fails. Offline, peft skips the lookup: its
+    vocabulary check then has nothing to compare, and our known models are never resized, so its remaining
+    warning is silenced for them. The dense encoder does the same for its wheel model."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    for name in KNOWN_MODELS:
+        warnings.filterwarnings("ignore", message=f"Could not find a config file in {re.escape(name)} ")

@@ -107,10 +107,11 @@ class ModelPolicy:
         from agent_gym.models.model_init import ADAPTER_CONFIG, load_model_and_tokenizer
         from agent_gym.trainers.critic import CRITIC_FILE, ValueModel
 
-        path = Path(path)
-        if any((path / "final" / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):
-            path = path / "final"
+        # Kept as given: Path() would drop a leading "./", and "./models/x" would then read as a hub id.
+        if any((Path(path) / "final" / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):
+            path = Path(path) / "final"
         model, tokenizer = load_model_and_tokenizer(path, dtype=dtype, adapter=adapter)
+        path = Path(path)
         if kwargs.get("select") == "value" and kwargs.get("candidates", 1) > 1 and kwargs.get("critic") is None:
             if not (path / CRITIC_FILE).is_file():
                 raise ModelPolicyError(f"{path} has no {CRITIC_FILE}: value-guided decoding needs the critic of a "
