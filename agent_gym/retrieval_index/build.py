@@ -9,6 +9,7 @@ engine and a dense index). An index directory holds ``manifest.json``, the docum
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from array import array
@@ -174,10 +175,21 @@ def _check_out_dir(out_dir: Path) -> None:
 def _index_entries() -> set[str]:
     """The names an index directory may hold for itself: manifest, document store, each engine's folder."""
     from agent_gym.retrieval_index.dense import DenseRetriever
+    from agent_gym.retrieval_index.impact import ImpactBM25
     from agent_gym.retrieval_index.pyserini_backend import PyseriniBM25
 
-    engines = (TantivyBM25, BM25sRetriever, DenseRetriever, PyseriniBM25)
+    engines = (ImpactBM25, TantivyBM25, BM25sRetriever, DenseRetriever, PyseriniBM25)
     return {MANIFEST_NAME, DocStore.DATA, DocStore.OFFSETS, *(engine.SUBDIR for engine in engines)}
+
+
+_SWAP_RECORD = ".swap.json"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def _move_into_place(staging: Path, out_dir: Path) -> None:
@@ -185,34 +197,88 @@ def _move_into_place(staging: Path, out_dir: Path) -> None:
 
     Other files in ``out_dir`` (the corpus, say) stay: then the old index's entries are swapped one by one,
     manifest out first and in last, so the directory never holds a manifest over a half-replaced index.
+    If a rename fails midway, the swap is undone and the earlier index is whole again; if the process is
+    killed midway, the next build puts it back (:func:`_remove_stale_staging`).
     """
     if not out_dir.exists():
         staging.rename(out_dir)
         return
     retired = out_dir.with_name(f".{out_dir.name}.replaced-{os.getpid()}")
-    own = _index_entries()
+    # Whatever the new build wrote is the index's own, so it can never collide with a user's file.
+    own = _index_entries() | {entry.name for entry in staging.iterdir()}
     others = [entry for entry in out_dir.iterdir() if entry.name not in own]
     if not others:
         out_dir.rename(retired)
-        staging.rename(out_dir)
+        try:
+            staging.rename(out_dir)
+        except BaseException:
+            retired.rename(out_dir)
+            raise
     else:
         retired.mkdir()
         old = sorted((entry for entry in out_dir.iterdir() if entry.name in own), key=lambda e: e.name != MANIFEST_NAME)
-        for entry in old:
-            entry.rename(retired / entry.name)
-        for entry in sorted(staging.iterdir(), key=lambda e: e.name == MANIFEST_NAME):
-            entry.rename(out_dir / entry.name)
+        new = sorted(staging.iterdir(), key=lambda e: e.name == MANIFEST_NAME)
+        # What moves where, for the next build to undo the swap if this process is killed during it.
+        (retired / _SWAP_RECORD).write_text(json.dumps({"old": [entry.name for entry in old],
+                                                        "new": [entry.name for entry in new]}))
+        moved_out: list[str] = []
+        moved_in: list[str] = []
+        try:
+            for entry in old:
+                entry.rename(retired / entry.name)
+                moved_out.append(entry.name)
+            for entry in new:
+                entry.rename(out_dir / entry.name)
+                moved_in.append(entry.name)
+        except BaseException:
+            for name in reversed(moved_in):  # the new build goes back to staging (removed by the caller)
+                (out_dir / name).rename(staging / name)
+            for name in reversed(moved_out):  # and the old index back into place, manifest last
+                (retired / name).rename(out_dir / name)
+            shutil.rmtree(retired)
+            raise
         staging.rmdir()
     shutil.rmtree(retired, ignore_errors=True)  # a server still reading it keeps its open files
 
 
+def _restore_retired(retired: Path, out_dir: Path) -> None:
+    """Undo a swap that a killed build left half done: put the earlier index in ``retired`` back into
+    ``out_dir`` unless the new one was complete there (its manifest moves in last)."""
+    if (out_dir / MANIFEST_NAME).is_file() or not (retired / MANIFEST_NAME).is_file():
+        shutil.rmtree(retired, ignore_errors=True)  # the swap finished (or nothing to restore)
+        return
+    if not out_dir.exists():
+        retired.rename(out_dir)
+        return
+    record = retired / _SWAP_RECORD
+    swap = json.loads(record.read_text()) if record.is_file() else {"old": [], "new": []}
+    record.unlink(missing_ok=True)
+    # The new entries move in only after every old one moved out: a name only the new index has is the
+    # unfinished new index's; an old name that is not in ``retired`` was never moved out.
+    for entry in out_dir.iterdir():
+        if entry.name in set(swap["new"]) - set(swap["old"]):
+            _remove(entry)
+    for entry in sorted(retired.iterdir(), key=lambda e: e.name == MANIFEST_NAME):
+        target = out_dir / entry.name
+        if target.exists() or target.is_symlink():
+            _remove(target)  # the unfinished new index's entry of the same name
+        entry.rename(target)
+    retired.rmdir()
+
+
 def _remove_stale_staging(out_dir: Path) -> None:
-    """Delete the hidden build and swap directories beside ``out_dir`` whose process is gone (a kill -9)."""
-    for pattern in (f".{out_dir.name}.building-*", f".{out_dir.name}.replaced-*"):
-        for entry in out_dir.parent.glob(pattern):
-            pid = entry.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and not _process_alive(int(pid)):
-                shutil.rmtree(entry, ignore_errors=True)
+    """Clean up after a build whose process is gone (a kill -9): delete its hidden build directory, and
+    finish or undo its swap, so the earlier index is never lost."""
+    if not out_dir.parent.is_dir():
+        return
+    for entry in out_dir.parent.glob(f".{out_dir.name}.replaced-*"):
+        pid = entry.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            _restore_retired(entry, out_dir)
+    for entry in out_dir.parent.glob(f".{out_dir.name}.building-*"):
+        pid = entry.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _process_alive(pid: int) -> bool:
@@ -258,9 +324,9 @@ def build_index(
     if encoder is not None and engine not in ("dense", "hybrid"):
         raise InvalidValue(f"backend {backend!r} uses no encoder; pass --encoder only with dense or hybrid")
     out_dir = Path(out_dir)
+    _remove_stale_staging(out_dir)  # first: it may put back an index that a killed rebuild was replacing
     _check_out_dir(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_staging(out_dir)
     staging = out_dir.with_name(f".{out_dir.name}.building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
