@@ -11,14 +11,14 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 
 from agent_gym.env import ToolEnv
-from agent_gym.error import InvalidType
+from agent_gym.error import InvalidType, InvalidValue
 from agent_gym.rewards import RewardSpec
 from agent_gym.tasks import Task
 from agent_gym.tools import Tool
@@ -147,23 +147,85 @@ def register_tool_env(
     max_turns: int = 8,
     tool_format: str = "hermes",
     description: str = "",
+    override: bool = False,
     **env_kwargs: Any,
 ) -> gym.envs.registration.EnvSpec:
     """Register a tool environment under ``env_id`` and return its spec.
 
-    ``tools`` and ``tasks`` may be given directly or as zero-argument factories (built on first ``make``).
+    ``tools`` and ``tasks`` may be given directly or as zero-argument factories (built on first ``make``); given
+    directly, they are checked here, so a wrong one fails at registration rather than at the first ``make``.
     Remaining keyword arguments are :class:`~agent_gym.env.ToolEnv` settings; ``gym.make(env_id, **overrides)``
-    can change them per instance.
+    can change them per instance. Re-registering one's own id replaces it; replacing one of agent-gym's suite ids
+    (``AgentR1-SynthHop-v0``) needs ``override=True``.
     """
-    known = [name for name in inspect.signature(ToolEnv).parameters if name not in ("tasks", "tools")]
-    unknown = [name for name in env_kwargs if name not in known]
-    if unknown:
-        raise InvalidType(f"unknown ToolEnv setting(s) {', '.join(map(repr, unknown))}; known settings: "
-                          f"{', '.join(known)}")
-    _COMPONENTS[env_id] = _Components(tasks=tasks, tools=tools)
+    check_settings(env_id, env_kwargs, tool_env_settings())
+    if not callable(tools):
+        tools = _checked_tools(env_id, tools)
+    if not callable(tasks):
+        tasks = _checked_tasks(env_id, tasks)
     creator = ToolEnvCreator(env_id)
     settings = {"reward": reward, "max_turns": max_turns, "tool_format": tool_format, **env_kwargs}
-    return register_suite_env(env_id, creator, description=description, kwargs=settings)
+    _refuse_replacing_a_suite_id(env_id, creator, override)
+    _COMPONENTS[env_id] = _Components(tasks=tasks, tools=tools)
+    return register_suite_env(env_id, creator, description=description, kwargs=settings, override=True)
+
+
+def _checked_tools(env_id: str, tools: Any) -> Sequence[Tool]:
+    """``tools`` as a sequence (a generator is read once, here): each a :class:`Tool`, under a name of its own
+    (what ``ToolEnv`` would refuse at ``make``)."""
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, Iterable):
+        raise InvalidType(f"{env_id}: tools must be a sequence of Tool (or a function returning one), got "
+                          f"{type(tools).__name__}")
+    tools = tools if isinstance(tools, Sequence) else list(tools)
+    names: set[str] = set()
+    for index, item in enumerate(tools):
+        if not isinstance(item, Tool):
+            raise InvalidType(f"{env_id}: tools[{index}] is a {type(item).__name__}, not a Tool; decorate it with "
+                              "@agent_gym.tool or subclass agent_gym.Tool")
+        if item.name in names:
+            raise InvalidValue(f"{env_id}: two tools are named {item.name!r}")
+        names.add(item.name)
+    return tools
+
+
+def _checked_tasks(env_id: str, tasks: Any) -> Sequence[Task]:
+    """``tasks`` as a sequence (a generator is read once, here): at least one :class:`Task`, ids unique (each Task
+    already refuses one that no answer can match)."""
+    if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Iterable):
+        raise InvalidType(f"{env_id}: tasks must be a sequence of Task (or a function returning one), got "
+                          f"{type(tasks).__name__}")
+    tasks = tasks if isinstance(tasks, Sequence) else list(tasks)
+    ids: set[str] = set()
+    count = 0
+    for index, task in enumerate(tasks):
+        if not isinstance(task, Task):
+            raise InvalidType(f"{env_id}: tasks[{index}] is a {type(task).__name__}, not a Task; build tasks with "
+                              "agent_gym.Task(id=..., question=..., answers=(...))")
+        if task.id in ids:
+            raise InvalidValue(f"{env_id}: two tasks have the id {task.id!r}")
+        ids.add(task.id)
+        count += 1
+    if count == 0:
+        raise InvalidValue(f"{env_id}: needs at least one task")
+    return tasks
+
+
+def _is_suite_id(env_id: str) -> bool:
+    """Whether ``env_id`` is registered by agent-gym's own suite (an entry point inside the package)."""
+    spec = gym.registry.get(env_id)
+    entry = getattr(spec, "entry_point", None)
+    return isinstance(entry, SuiteEnvCreator) and entry.entry_point.startswith("agent_gym.")
+
+
+def _refuse_replacing_a_suite_id(env_id: str, entry_point: Any, override: bool) -> None:
+    """A suite id is replaced only on purpose, or by the suite itself re-registering the same entry point."""
+    if override or not _is_suite_id(env_id):
+        return
+    if isinstance(entry_point, str) and entry_point == gym.registry[env_id].entry_point.entry_point:
+        return
+    raise InvalidValue(f"{env_id} is one of agent-gym's suite envs; registering over it would replace it for "
+                       "every later gym.make in this process. Pick another id (e.g. My-Env-v0), or pass "
+                       "override=True to replace it on purpose")
 
 
 def register_suite_env(
@@ -172,10 +234,14 @@ def register_suite_env(
     *,
     description: str,
     kwargs: dict[str, Any] | None = None,
+    override: bool = False,
 ) -> gym.envs.registration.EnvSpec:
-    """Register an env whose entry point builds a :class:`ToolEnv` from plain keyword settings."""
+    """Register an env whose entry point builds a :class:`ToolEnv` from plain keyword settings.
+
+    An id registered before is replaced (as in a notebook), except a suite id: that needs ``override=True``."""
+    _refuse_replacing_a_suite_id(env_id, entry_point, override)
     if env_id in gym.registry:
-        del gym.registry[env_id]  # re-registering (e.g. in a notebook) replaces the old definition quietly
+        del gym.registry[env_id]
     creator = SuiteEnvCreator(env_id, entry_point) if isinstance(entry_point, str) else entry_point
     gym.register(
         id=env_id,

@@ -75,6 +75,11 @@ class Task:
         for name in ("answers", "supporting_titles"):
             object.__setattr__(self, name, _strings(self.id, name, getattr(self, name)))
         object.__setattr__(self, "decomposition", tuple(self.decomposition))
+        if self.checker is None and not any(answer.strip() for answer in self.answers):
+            raise InvalidValue(f"Task {self.id!r}: no answer can ever match (answers={self.answers!r} and no "
+                               "checker); give answers=('...',) or a checker")
+        if self.checker is not None and not callable(self.checker):
+            raise InvalidType(f"Task {self.id!r}: checker must be callable, got {type(self.checker).__name__}")
 
 
 def _strings(task_id: str, name: str, value: Any) -> tuple[str, ...]:

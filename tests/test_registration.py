@@ -132,3 +132,43 @@ def test_module_prefixed_id_works_in_a_fresh_process_without_import() -> None:
     completed = subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT, capture_output=True, text=True,
                                timeout=120)
     assert completed.stdout.strip() == "ToolEnv 3 True", completed.stderr[-2000:]
+
+
+def test_a_misspelt_setting_is_refused_at_registration_naming_the_one_meant() -> None:
+    with pytest.raises(TypeError, match=r"takes no setting 'max_turn' \(did you mean 'max_turns'\?\)"):
+        register_tool_env("TestTypoAdder-v0", tools=[add], tasks=ADDER_TASKS, max_turn=4)
+    assert "TestTypoAdder-v0" not in gym.registry
+
+
+def test_registering_over_a_suite_id_is_refused_unless_overridden() -> None:
+    suite_entry = gym.spec("AgentR1-SynthHop-v0").entry_point
+    with pytest.raises(ValueError, match="AgentR1-SynthHop-v0 is one of agent-gym's suite envs.*override=True"):
+        register_tool_env("AgentR1-SynthHop-v0", tools=[add], tasks=ADDER_TASKS)
+    assert gym.spec("AgentR1-SynthHop-v0").entry_point is suite_entry
+    try:
+        register_tool_env("AgentR1-SynthHop-v0", tools=[add], tasks=ADDER_TASKS, override=True)
+        assert gym.make("AgentR1-SynthHop-v0").reset(seed=0, options={"task_index": 0})[0] == "What is 2 + 3?"
+    finally:
+        agent_gym.envs.register_suite()  # the suite restores its own id
+    assert gym.spec("AgentR1-SynthHop-v0").entry_point.entry_point == suite_entry.entry_point
+
+
+@pytest.mark.parametrize(("parts", "message"), [
+    ({"tools": [add, add], "tasks": ADDER_TASKS}, "two tools are named 'add'"),
+    ({"tools": [lambda a, b: a + b], "tasks": ADDER_TASKS}, r"tools\[0\] is a function, not a Tool"),
+    ({"tools": [add], "tasks": []}, "needs at least one task"),
+    ({"tools": [add], "tasks": [{"id": "q"}]}, r"tasks\[0\] is a dict, not a Task"),
+    ({"tools": [add], "tasks": ADDER_TASKS * 2}, "two tasks have the id 'sum-2-3'"),
+])
+def test_bad_tools_or_tasks_are_refused_at_registration(parts: dict, message: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=message):
+        register_tool_env("TestBadParts-v0", **parts)
+    assert "TestBadParts-v0" not in gym.registry
+
+
+def test_a_generator_of_tasks_is_read_once_and_kept() -> None:
+    register_tool_env("TestGenAdder-v0", tools=[add], tasks=(task for task in ADDER_TASKS))
+    try:
+        assert len(gym.make("TestGenAdder-v0").unwrapped.tasks) == 2
+    finally:
+        gym.registry.pop("TestGenAdder-v0", None)

@@ -45,3 +45,18 @@ def test_bad_task_fields_raise_type_error_naming_the_fix(fields: dict, message: 
 def test_a_task_id_must_be_a_str() -> None:
     with pytest.raises(TypeError, match=r"Task id must be a str, got int 7"):
         Task(7, "?", ("x",))
+
+
+@pytest.mark.parametrize("answers", [(), ("",), ("  ", "")])
+def test_a_task_no_answer_can_match_is_refused(answers: tuple) -> None:
+    with pytest.raises(ValueError, match=r"Task 'q': no answer can ever match"):
+        Task("q", "?", answers)
+
+
+def test_a_task_with_a_checker_needs_no_answers() -> None:
+    assert Task("q", "?", (), checker=lambda answer: 1.0).answers == ()
+
+
+def test_a_checker_that_is_not_callable_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"Task 'q': checker must be callable"):
+        Task("q", "?", ("x",), checker="exact")
