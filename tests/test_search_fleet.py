@@ -169,3 +169,55 @@ def _answers(url: str) -> bool:
     except httpx.HTTPError:
         return False
     return True
+
+
+def _fleet_env(tmp_path: Path) -> dict[str, str]:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(doc) + "\n" for doc in CORPUS))
+    return {**os.environ, CORPUS_ENV: str(corpus),
+            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "tests"), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_index_serve_with_replicas_on_a_taken_port_gives_up_at_once(tmp_path: Path) -> None:
+    # It used to print URLs naming the other program's port, then log "restarting it in 1 s" and
+    # "Address already in use" every second until killed.
+    taken = bind_socket("127.0.0.1", 0)
+    taken.listen()
+    port = taken.getsockname()[1] - 1
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "agent_gym.cli", "index", "serve", "test_search_server:make_test_retriever",
+             "--replicas", "2", "--port", str(port)],
+            env=_fleet_env(tmp_path), capture_output=True, text=True, timeout=60)
+    finally:
+        taken.close()
+    assert done.returncode == 2
+    assert done.stdout == ""  # no URLs printed
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"agent-gym index serve: error: cannot listen on 127.0.0.1:{port + 1}: ")
+    assert f"ports {port}..{port + 1}" in done.stderr
+
+
+def test_a_replica_that_cannot_bind_stops_the_supervisor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The port is free when the supervisor checks it and taken when the replica starts (another program won
+    # the race, or took the port of a killed replica): the supervisor stops the others instead of restarting
+    # that replica forever.
+    from agent_gym.retrieval_index.replicas import ReplicaFailedError, ReplicaSupervisor, serve_command
+
+    for name, value in _fleet_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    taken = bind_socket("127.0.0.1", 0)
+    taken.listen()
+    ports = [free_port(), taken.getsockname()[1]]
+    supervisor = ReplicaSupervisor(
+        lambda port: serve_command("test_search_server:make_test_retriever", "127.0.0.1", port,
+                                   ["--log-level", "warning"]), ports, restart_delay=0.1)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ReplicaFailedError, match=f"replica on port {ports[1]} exited with a usage error"):
+            supervisor.run(poll_interval=0.1)
+    finally:
+        taken.close()
+    assert time.monotonic() - started < 60
+    assert [child.restarts for child in supervisor.children] == [0, 0]
+    assert all(child.process.poll() is not None for child in supervisor.children)  # the other one stopped too

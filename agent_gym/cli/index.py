@@ -135,8 +135,8 @@ def run_index_serve(namespace: argparse.Namespace) -> int:
 
 
 def _run_replicas(namespace: argparse.Namespace) -> int:
-    from agent_gym.retrieval_index.replicas import ReplicaSupervisor, replica_urls, serve_command
-    from agent_gym.retrieval_index.server import STARTUP_FAILURE, IndexLoadError
+    from agent_gym.retrieval_index.replicas import ReplicaFailedError, ReplicaSupervisor, replica_urls, serve_command
+    from agent_gym.retrieval_index.server import STARTUP_FAILURE, IndexLoadError, bind_socket
 
     replicas = namespace.replicas
     if replicas < 1 or not 0 < namespace.port <= 65536 - replicas:
@@ -152,6 +152,13 @@ def _run_replicas(namespace: argparse.Namespace) -> int:
                "--max-query-chars", str(namespace.max_query_chars), "--default-k", str(namespace.default_k),
                "--max-k", str(namespace.max_k), "--cache", str(namespace.cache), "--log-level", namespace.log_level]
     ports = [namespace.port + index for index in range(replicas)]
+    for port in ports:  # before printing URLs that would name another program's port
+        try:
+            bind_socket(namespace.host, port).close()
+        except OSError as exc:
+            print(f"agent-gym index serve: error: {exc.strerror} (--replicas {replicas} needs ports "
+                  f"{ports[0]}..{ports[-1]})", file=sys.stderr)
+            return 2
     supervisor = ReplicaSupervisor(lambda port: serve_command(target, namespace.host, port, options), ports)
     print(f"search replicas: {','.join(replica_urls(namespace.host, namespace.port, replicas))}", flush=True)
     try:
@@ -159,4 +166,6 @@ def _run_replicas(namespace: argparse.Namespace) -> int:
     except IndexLoadError as exc:
         print(f"agent-gym index serve: error: {exc}", file=sys.stderr)
         return STARTUP_FAILURE
+    except ReplicaFailedError:
+        return 2  # the replica printed its one-line error; the others are stopped
     return 0

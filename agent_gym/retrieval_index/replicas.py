@@ -2,8 +2,9 @@
 
 Each replica is a whole ``agent-gym index serve`` process (with its own ``--workers``) on ``port + i``; the
 supervisor starts them, restarts one that exits (after ``restart_delay`` seconds), and stops them all on Ctrl-C
-or SIGTERM, or when a replica reports that the index cannot be loaded (exit status ``STARTUP_FAILURE``: every
-restart would fail the same way). A replica never outlives its supervisor, even one killed with SIGKILL: on Linux
+or SIGTERM, or when a replica reports that the index cannot be loaded (exit status ``STARTUP_FAILURE``) or
+exits with a usage error (status ``USAGE_ERROR``: its port is taken, say): every restart would fail the same way.
+A replica never outlives its supervisor, even one killed with SIGKILL: on Linux
 the kernel sends it SIGTERM when the supervisor dies (``PR_SET_PDEATHSIG``), and every replica also watches its
 parent (``server.SUPERVISOR_PID_ENV``). The client spreads the load and fails over:
 ``RemoteRetriever("http://HOST:PORT,http://HOST:PORT+1,...")`` (the URL list the supervisor prints). Replicas
@@ -23,11 +24,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent_gym.error import InvalidValue
+from agent_gym.retrieval_index.base import RetrievalError
 from agent_gym.retrieval_index.server import STARTUP_FAILURE, SUPERVISOR_PID_ENV, IndexLoadError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ReplicaSupervisor", "replica_urls"]
+__all__ = ["USAGE_ERROR", "ReplicaFailedError", "ReplicaSupervisor", "replica_urls"]
+
+USAGE_ERROR = 2  # `agent-gym index serve`'s exit status for an error it printed (a taken port, a missing index)
+
+
+class ReplicaFailedError(RetrievalError):
+    """A replica exited with an error that restarting it would only repeat (it printed the error)."""
 
 
 def replica_urls(host: str, port: int, replicas: int) -> list[str]:
@@ -80,6 +88,11 @@ class ReplicaSupervisor:
                 continue
             if child.process.returncode == STARTUP_FAILURE:
                 raise IndexLoadError(f"the replica on port {child.port} cannot load the index (its error is above)")
+            if child.process.returncode == USAGE_ERROR:
+                # Its port was taken (by another program, after the supervisor's check), say: restarting it
+                # every second would fail the same way forever.
+                raise ReplicaFailedError(f"the replica on port {child.port} exited with a usage error "
+                                         "(its error is above)")
             if child.down_since is None:
                 child.down_since = now
                 logger.warning("search replica on port %d exited with status %s; restarting it in %g s",
@@ -107,7 +120,8 @@ class ReplicaSupervisor:
 
     def run(self, poll_interval: float = 0.5) -> None:
         """Start the replicas and keep them alive until Ctrl-C or SIGTERM; raise :class:`IndexLoadError` (after
-        stopping them all) when one cannot load the index."""
+        stopping them all) when one cannot load the index, :class:`ReplicaFailedError` when one exits with a
+        usage error."""
 
         def _terminate(signum: int, frame: object) -> None:
             raise KeyboardInterrupt
