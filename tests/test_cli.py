@@ -206,6 +206,17 @@ def test_user_errors_print_one_line_naming_the_command_and_exit_2(
     assert error.startswith(message) and error.count("\n") == 1, error
 
 
+def test_data_fetch_of_a_file_it_cannot_download_says_where_to_put_it_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_GYM_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("AGENT_GYM_OFFLINE", "1")
+    assert main(["data", "fetch", "hotpotqa"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("agent-gym data fetch: hotpotqa dev: hotpot_dev_distractor_v1.json is not in the cache")
+    assert error.count("\n") == 1 and str(tmp_path / "datasets" / "hotpotqa") in error
+
+
 def test_play_of_an_unknown_task_id_says_which_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["play", "AgentR1-Calculator-v0", "--task-id", "nope"]) == 2
     assert "no task with id 'nope'" in capsys.readouterr().err

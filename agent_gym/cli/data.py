@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from agent_gym.cli.args import UsageError, add_env_kwargs_arguments, env_kwargs_from_args, make_env, user_errors
@@ -20,12 +19,10 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
 def run_data_fetch(args: argparse.Namespace) -> int:
     from agent_gym.envs.datasets import DatasetNotAvailable, fetch
 
-    try:
-        with user_errors(ValueError):  # an unknown dataset name or split
-            path = fetch(args.name, args.split, setting=args.setting)
-    except DatasetNotAvailable as exc:
-        print(f"agent-gym data fetch: {exc}", file=sys.stderr)
-        return 1
+    # An unknown name or split, or a file neither cached nor downloadable (DatasetNotAvailable, which says where
+    # to put it): one line and exit 2, as every command reports a user's error.
+    with user_errors(ValueError, DatasetNotAvailable):
+        path = fetch(args.name, args.split, setting=args.setting)
     print(path)
     return 0
 
