@@ -581,3 +581,36 @@ def test_hub_source_under_hf_hub_offline_says_so_when_the_hub_cache_lacks_the_sp
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DatasetNotAvailable, match="HF_HUB_OFFLINE is set"):
         load_dataset("musique", source="hf")
+
+
+# --- the cache root ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh home folder with no agent-gym cache variables set."""
+    monkeypatch.setattr(Path, "home", lambda: tmp_path)
+    for variable in ("AGENT_GYM_DATA_DIR", "AGENT_GYM_CACHE"):
+        monkeypatch.delenv(variable, raising=False)
+    return tmp_path
+
+
+def test_data_shares_the_models_cache_root(home, monkeypatch):
+    from agent_gym.models.pretrained import cache_root
+
+    assert download_module.cache_dir() == home / ".cache" / "agent-gym" == cache_root().parent
+    monkeypatch.setenv("AGENT_GYM_CACHE", str(home / "elsewhere"))
+    assert download_module.cache_dir() == home / "elsewhere" == cache_root().parent
+
+
+def test_data_downloaded_into_the_old_cache_root_is_still_read(home):
+    (home / ".cache" / "agent_gym" / "datasets").mkdir(parents=True)
+    assert download_module.cache_dir() == home / ".cache" / "agent_gym"
+    (home / ".cache" / "agent-gym" / "datasets").mkdir(parents=True)
+    assert download_module.cache_dir() == home / ".cache" / "agent-gym"
+
+
+def test_agent_gym_data_dir_wins_over_every_other_root(home, monkeypatch):
+    monkeypatch.setenv("AGENT_GYM_CACHE", str(home / "shared"))
+    monkeypatch.setenv("AGENT_GYM_DATA_DIR", str(home / "data"))
+    assert download_module.cache_dir() == home / "data"

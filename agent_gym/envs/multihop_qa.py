@@ -113,7 +113,7 @@ def make_qa_env(
         dataset: ``hotpotqa``, ``2wikimultihopqa`` or ``musique``.
         split: ``dev`` or ``train``.
         data_path: the official data file (plain, .gz or .xz); default: fetched into the cache on first use.
-        cache_dir: where downloads go (default ``$AGENT_GYM_DATA_DIR`` or ``~/.cache/agent_gym``).
+        cache_dir: where downloads go (default ``$AGENT_GYM_DATA_DIR``, ``$AGENT_GYM_CACHE`` or ``~/.cache/agent-gym``).
         limit: keep only the first ``limit`` questions.
         setting: HotpotQA only: ``distractor`` (default) or ``fullwiki`` (hotpot_dev_fullwiki_v1.json, found in
             ``data_path``'s folder or the cache; its ``distractor`` corpus is then the paragraphs an IR system

@@ -49,7 +49,8 @@ def load_dataset(
         name: ``"hotpotqa"``, ``"2wikimultihopqa"`` or ``"musique"`` (aliases such as ``"2wiki"`` work).
         split: ``"dev"`` or ``"train"`` (``"validation"`` means dev).
         data_path: an official file (plain, .gz or .xz) or a folder holding it; nothing is downloaded then.
-        cache_dir: cache root for downloads (default ``$AGENT_GYM_DATA_DIR`` or ``~/.cache/agent_gym``).
+        cache_dir: cache root for downloads (default ``$AGENT_GYM_DATA_DIR``, ``$AGENT_GYM_CACHE`` or
+            ``~/.cache/agent-gym``).
         options: passed to the dataset's loader, e.g. ``limit=``, ``source="hf"`` (HotpotQA, MuSiQue),
             ``aliases_path=`` (2WikiMultihopQA).
 

@@ -1,10 +1,11 @@
 """Where dataset files live, and how to fetch the official ones on first use.
 
-Files are cached under ``cache_dir() / "datasets" / <dataset>/``. :func:`fetch` returns the cached file,
-downloading it (with a progress bar and a sha256 check) when it is missing. Without network, or with
-``AGENT_GYM_OFFLINE=1``, it raises :class:`DatasetNotAvailable`, whose message names the file and the
-exact path to put it at. ``HF_HUB_OFFLINE=1`` (Hugging Face's own switch) stops every download from the Hub
-(MuSiQue's file comes from there) and nothing else. Compressed copies (``.gz``, ``.xz``) placed there load too.
+Files are cached under ``cache_dir() / "datasets" / <dataset>/`` (``~/.cache/agent-gym/datasets/<dataset>/``).
+:func:`fetch` returns the cached file, downloading it (with a progress bar and a sha256 check) when it is
+missing. Without network, or with ``AGENT_GYM_OFFLINE=1``, it raises :class:`DatasetNotAvailable`, whose message
+names the file and the exact path to put it at. ``HF_HUB_OFFLINE=1`` (Hugging Face's own switch) stops every
+download from the Hub (MuSiQue's file comes from there) and nothing else. Compressed copies (``.gz``, ``.xz``)
+placed there load too.
 
 HotpotQA has two settings: ``distractor`` (the default) and ``fullwiki``, whose dev file holds the same
 questions with the paragraphs an IR system retrieved from all of Wikipedia (one training file serves both).
@@ -33,6 +34,7 @@ from tqdm.auto import tqdm
 from agent_gym.error import AgentGymError, InvalidValue
 
 DATA_DIR_ENV = "AGENT_GYM_DATA_DIR"
+SHARED_CACHE_ENV = "AGENT_GYM_CACHE"  # the root of every agent-gym cache (models, kernels, data)
 OFFLINE_ENV = "AGENT_GYM_OFFLINE"
 HF_OFFLINE_ENV = "HF_HUB_OFFLINE"
 _HUB_HOSTS = ("huggingface.co", "hf.co")
@@ -178,9 +180,21 @@ def canonical_split(split: str) -> str:
 
 
 def cache_dir() -> Path:
-    """The cache root: ``$AGENT_GYM_DATA_DIR`` if set, else ``~/.cache/agent_gym``."""
+    """The data cache root: ``$AGENT_GYM_DATA_DIR`` if set, else ``$AGENT_GYM_CACHE``, else ``~/.cache/agent-gym``
+    (the root the converted models and compiled kernels share).
+
+    Older versions kept data in ``~/.cache/agent_gym``: while that folder holds ``datasets/`` and the new root
+    holds none, it is still the one read (and written), so nothing downloaded before is fetched again."""
     configured = os.environ.get(DATA_DIR_ENV)
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "agent_gym"
+    if configured:
+        return Path(configured).expanduser()
+    shared = os.environ.get(SHARED_CACHE_ENV)
+    if shared:
+        return Path(shared).expanduser()
+    root, legacy = Path.home() / ".cache" / "agent-gym", Path.home() / ".cache" / "agent_gym"
+    if (legacy / "datasets").is_dir() and not (root / "datasets").is_dir():
+        return legacy
+    return root
 
 
 def dataset_dir(name: str, root: str | Path | None = None) -> Path:
