@@ -56,6 +56,16 @@ def test_sft_flags_are_generated_from_sft_config_with_its_defaults() -> None:
         assert config_field.metadata["help"] in _help_of(parser, flag).replace("%%", "%"), flag
 
 
+def test_sft_names_its_output_folder_output_dir_as_train_does_and_still_takes_out() -> None:
+    from agent_gym.cli import _build_parser
+
+    parser = _build_parser("sft")
+    assert parser.parse_args(["--env", "E", "--model", "m", "--output-dir", "o"]).output_dir == "o"
+    assert parser.parse_args(["--env", "E", "--model", "m", "--out", "o"]).output_dir == "o"
+    assert "--output-dir OUTPUT_DIR, --out OUTPUT_DIR" in parser.format_help()
+    assert "--output-dir" in _build_parser("train").format_help()
+
+
 def test_model_init_needs_exactly_one_corpus_source(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["model", "init", "--corpus", "a.txt", "--corpus-from-env", "E", "--out", "o"])

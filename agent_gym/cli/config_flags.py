@@ -163,25 +163,27 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, *, expli
             target = groups[f.metadata["one_of"]]
         elif f.metadata.get("required"):
             kwargs["required"] = True
+        # earlier flag names that still work: renamed fields', and a field's own "aliases"
+        old_flags = [f"--{old.replace('_', '-')}" for old, new in RENAMED_FIELDS.items() if new == f.name]
+        old_flags += list(f.metadata.get("aliases", ()))
         if inner is bool:
-            old_flags = [f"--{old.replace('_', '-')}" for old, new in RENAMED_FIELDS.items() if new == f.name]
             if not explicit_only and default is False:  # a switch: --help shows no "(default: False)"
                 target.add_argument(flag, *old_flags, action="store_true", **kwargs)
             else:
                 target.add_argument(flag, *old_flags, action=argparse.BooleanOptionalAction, **kwargs)
         elif typing.get_origin(inner) is Literal or f.metadata.get("choices"):
             choices = f.metadata.get("choices") or typing.get_args(inner)
-            target.add_argument(flag, choices=list(choices), **kwargs)
+            target.add_argument(flag, *old_flags, choices=list(choices), **kwargs)
         elif typing.get_origin(inner) is list:
             item = (typing.get_args(inner) or (str,))[0]
-            target.add_argument(flag, nargs="+", metavar="N" if item is int else "NAME", **kwargs)
+            target.add_argument(flag, *old_flags, nargs="+", metavar="N" if item is int else "NAME", **kwargs)
         elif typing.get_origin(inner) is dict:
-            target.add_argument(flag, metavar="JSON", **kwargs)
+            target.add_argument(flag, *old_flags, metavar="JSON", **kwargs)
         elif optional and explicit_only:
             kwargs.setdefault("metavar", getattr(inner, "__name__", "VALUE").upper() + "|none")
-            target.add_argument(flag, **kwargs)
+            target.add_argument(flag, *old_flags, **kwargs)
         else:
-            target.add_argument(flag, type=inner, **kwargs)
+            target.add_argument(flag, *old_flags, type=inner, **kwargs)
 
 
 def config_from_namespace(ns: argparse.Namespace, cls: type) -> Any:

@@ -111,10 +111,12 @@ class SFTRunArguments:
     policy: str = field(default="naive-rag", metadata={"help": "scripted policy name (agent_gym.policies)"})
     model: str = field(default="", metadata={"help": "model directory to start from (agent-gym model init)",
                                              "required": True})
-    out: str = field(default="", metadata={"help": "where to save the fine-tuned model", "required": True})
+    # --output-dir, as `train` names it; --out, this command's earlier name, still works
+    output_dir: str = field(default="", metadata={"help": "where to save the fine-tuned model (--out: the old name)",
+                                                  "required": True, "aliases": ("--out",)})
     overwrite: bool = field(default=False, metadata={
-        "help": "start a new run in OUT even if it holds one, deleting the old run's model, checkpoints and "
-                "summary first (without it, a non-empty OUT with no checkpoint to continue is refused)"})
+        "help": "start a new run in OUTPUT_DIR even if it holds one, deleting the old run's model, checkpoints and "
+                "summary first (without it, a non-empty OUTPUT_DIR with no checkpoint to continue is refused)"})
     episodes: int = field(default=256, metadata={"help": "scripted episodes to imitate"})
     task_offset: int = field(default=0, metadata={"help": "first task index to play"})
     min_reward: float | None = field(default=None, metadata={"help": "keep only episodes with reward >= this"})
@@ -158,10 +160,10 @@ def run_sft(ns: argparse.Namespace) -> int:
     env_kwargs = env_kwargs_from_args(ns)
     if run.episodes < 1:
         raise UsageError(f"--episodes must be at least 1, got {run.episodes}")
-    out = Path(run.out)
+    out = Path(run.output_dir)
     resume_from = None if run.overwrite else latest_checkpoint(out)  # --overwrite: a new run, whatever is there
     with user_errors(RunDirectoryError):  # before the episodes are played: fail in seconds, not minutes
-        check_run_dir(out, continuing=resume_from is not None, overwrite=run.overwrite, fresh_flag="--out")
+        check_run_dir(out, continuing=resume_from is not None, overwrite=run.overwrite, fresh_flag="--output-dir")
     if run.torch_threads > 0:
         torch.set_num_threads(run.torch_threads)
     policy_options = parse_env_kwarg_pairs(ns.policy_kwarg)

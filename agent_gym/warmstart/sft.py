@@ -84,7 +84,7 @@ def _check_same_run(path: Path, saved: dict[str, Any], current: dict[str, Any]) 
         if key in current and current[key] != value:
             raise CheckpointError(
                 f"{path} was saved by an sft run with {key}={value!r}, not {current[key]!r}; continuing it with "
-                "these settings would mix two runs: pass --overwrite to replace it, or a fresh --out"
+                "these settings would mix two runs: pass --overwrite to replace it, or a fresh --output-dir"
             )
 
 
@@ -212,7 +212,7 @@ def sft_load_dtype(config: SFTConfig) -> torch.dtype:
     return resolve_dtype(config.dtype) if config.lora_rank else torch.float32
 
 
-# What a run writes in --out (the files of save_pretrained, LoRA's included): --overwrite deletes them, so an
+# What a run writes in --output-dir (the files of save_pretrained, LoRA's included): --overwrite deletes them, so an
 # old run's weights or adapter never sit beside the new run's.
 RUN_FILES = ("checkpoints", "sft_summary.json", "config.json", "generation_config.json", "*.safetensors",
               "*.safetensors.index.json", "pytorch_model*.bin", "adapter_config.json", "tokenizer*",
