@@ -5,13 +5,27 @@ These cases are the README's adversarial table. Limits are small so the whole fi
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
+import signal
 import socket
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from agent_gym.tools.sandbox import Sandbox, SandboxLimits, SandboxRun, SandboxUnavailable, namespace_command
+from agent_gym.tools.sandbox import (
+    RUN_DIR_PREFIX,
+    Sandbox,
+    SandboxLimits,
+    SandboxRun,
+    SandboxUnavailable,
+    namespace_command,
+    sweep_stale_runs,
+)
 
 pytestmark = pytest.mark.skipif(not os.uname().sysname == "Linux", reason="the sandbox needs Linux")
 
@@ -102,6 +116,99 @@ def test_writing_outside_the_run_directory_fails(sandbox: Sandbox, tmp_path: Pat
 def test_the_run_directory_is_removed_afterwards(sandbox: Sandbox) -> None:
     directory = run(sandbox, "import os\nos.mkdir('sub')\nos.chmod('sub', 0)\nos.chmod('.', 0o500)\nprint(os.getcwd())")
     assert directory.stdout.strip() and not Path(directory.stdout.strip()).exists()
+
+
+# An env process that runs `run_python('time.sleep(100000)')` with a wall limit far away, its runs under TMPDIR.
+ENV_PROCESS = """
+from agent_gym.tools.run_python import PythonTool
+from agent_gym.tools.sandbox import Sandbox, SandboxLimits
+PythonTool(Sandbox(SandboxLimits(wall_s={wall_s}, cpu_s=5))).run("import time\\ntime.sleep(100000)")
+"""
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _start_env_with_a_sleeping_run(tmp_path: Path, wall_s: float) -> tuple[subprocess.Popen, int, Path]:
+    """The env process, its sandboxed program (once that runs) and the program's run directory."""
+    env = subprocess.Popen([sys.executable, "-c", ENV_PROCESS.format(wall_s=wall_s)], env={**os.environ,
+                           "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = list(tmp_path.glob(f"{RUN_DIR_PREFIX}*"))
+        children = _children(env.pid)
+        if runs and children:
+            time.sleep(1.5)  # past the launcher's isolation: the program sleeps
+            return env, children[0], runs[0]
+        time.sleep(0.05)
+    env.kill()
+    pytest.fail(f"the env process never started its run: {env.stderr.read().decode() if env.poll() else ''}")
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_a_program_dies_with_the_env_process_and_its_directory_is_removed(tmp_path: Path,
+                                                                         signal_number: int) -> None:
+    env, program, directory = _start_env_with_a_sleeping_run(tmp_path, wall_s=1000)
+    try:
+        env.send_signal(signal_number)
+        env.wait(timeout=30)
+        assert _gone_within(program, 5.0), "the sandboxed program outlived the env process"
+    finally:
+        if _alive(program):
+            os.kill(program, signal.SIGKILL)
+        env.kill()
+        env.wait()
+    # Ctrl-C unwinds the run, which removes its directory; after SIGKILL or SIGTERM the next sweep does
+    removed = sweep_stale_runs(str(tmp_path), min_age_s=0)
+    assert not directory.exists()
+    assert removed == ([] if signal_number == signal.SIGINT else [str(directory)])
+
+
+def test_a_program_whose_parent_is_frozen_stops_at_its_own_wall_limit(tmp_path: Path) -> None:
+    env, program, _ = _start_env_with_a_sleeping_run(tmp_path, wall_s=2)
+    env.send_signal(signal.SIGSTOP)  # a parent that can no longer stop the run (stuck, or being debugged)
+    try:
+        assert _gone_within(program, 6.0), "the program outlived its wall limit while its parent was frozen"
+    finally:
+        env.send_signal(signal.SIGCONT)
+        env.kill()
+        env.wait()
+
+
+def test_a_live_runs_directory_is_never_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(Sandbox(LIMITS).run, "import os, time\ntime.sleep(1.5)\nprint(os.listdir('.'))")
+        while not list(tmp_path.glob(f"{RUN_DIR_PREFIX}*")) and not running.done():
+            time.sleep(0.02)
+        swept = sweep_stale_runs(str(tmp_path), min_age_s=0)
+        result = running.result()
+    assert swept == [] and result.status == "ok" and result.stdout == "['main.py']\n"
 
 
 def test_a_file_beyond_the_size_limit_cannot_be_written(sandbox: Sandbox) -> None:

@@ -104,6 +104,20 @@ def test_the_same_calls_on_itself_still_work(sandbox: Sandbox) -> None:
     assert lines(sandbox.run(code)) == ["19"]
 
 
+def test_signal_driven_io_cannot_name_another_process(sandbox: Sandbox, victim: int) -> None:
+    # the kernel would send SIGIO (or F_SETSIG's signal) to the owner when the pipe is ready: a kill() by proxy
+    setup = "import fcntl, os, socket, struct\nr, w = os.pipe()\na, b = socket.socketpair()\n"
+    code = setup + "".join(attempt(statement) for statement in (
+        f"fcntl.fcntl(r, fcntl.F_SETOWN, {victim})",
+        f"fcntl.fcntl(r, 15, struct.pack('ii', 1, {victim}))",  # F_SETOWN_EX, F_OWNER_PID
+        "fcntl.fcntl(r, 10, 9)",  # F_SETSIG: SIGKILL
+        f"fcntl.ioctl(a, 0x8901, struct.pack('i', {victim}))",  # FIOSETOWN on a socket
+        f"fcntl.ioctl(a, 0x8902, struct.pack('i', {victim}))",  # SIOCSPGRP
+    ))
+    assert lines(sandbox.run(code)) == ["PermissionError"] * 5
+    assert os.waitpid(victim, os.WNOHANG) == (0, 0)  # still running
+
+
 def test_other_processes_cannot_be_listed(sandbox: Sandbox, victim: int) -> None:
     code = "import os\n" + attempt(f"os.listdir('/proc/{victim}')") + attempt("print(len(os.listdir('/proc')))")
     assert set(lines(sandbox.run(code))) <= REFUSED | {"FileNotFoundError"}

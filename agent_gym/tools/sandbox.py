@@ -12,7 +12,10 @@ no inherited environment variable, stdin closed, and stdout/stderr captured and 
   so a fork bomb stops at its first fork (threads still work); signals, ``prlimit``, priorities, affinity and
   scheduling work on itself only; no ``ptrace``;
 - reads only of the interpreter, its libraries and its own directory; writes only there (Landlock); outside it
-  a read-only view, metadata included (a mount namespace; without one, seccomp refuses every metadata change).
+  a read-only view, metadata included (a mount namespace; without one, seccomp refuses every metadata change);
+- no life beyond its parent's: the kernel kills it when the process that started it dies, and its own timer
+  kills it a second after its wall limit; a run directory whose process died with it (``kill -9`` of the env)
+  is removed by the next process that starts a run (each run holds a lock on its directory while it lives).
 
 The verdict of a run is the parent's: the isolation it reports comes from the launcher's first record only,
 and a program's own records (``assert_passed``) count only for asserts the parent finds in its source.
@@ -24,6 +27,7 @@ missing (an old kernel, an architecture without a seccomp table), a warning says
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import math
@@ -50,6 +54,8 @@ from agent_gym.tools.disk_watch import DiskWatch
 __all__ = ["Sandbox", "SandboxLimits", "SandboxRun", "SandboxError", "SandboxUnavailable", "namespace_command"]
 
 MAIN_FILE = "main.py"
+RUN_DIR_PREFIX = "agent-gym-run-"
+_STALE_AFTER_S = 10.0  # a run directory this old whose lock is free lost its process (the lock follows mkdtemp at once)
 REPORT_FD = sandbox_child.REPORT_FD
 _REPORT_LIMIT_BYTES = 1 << 20
 _EXIT_GRACE_S = 0.2  # after the program exits, how long its pipes may take to reach end-of-file
@@ -237,10 +243,12 @@ class Sandbox:
             if any(number <= REPORT_FD for number in channels):
                 raise InvalidValue(f"channels must use descriptor numbers above {REPORT_FD}, got {sorted(channels)}")
             namespaces = self._namespaces()
-            directory = tempfile.mkdtemp(prefix="agent-gym-run-")
+            _sweep_once()
+            directory = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
         except BaseException:
             _close_all(channels.values())
             raise
+        lock = _lock_directory(directory)
         try:
             for name, text in {**(files or {}), MAIN_FILE: code}.items():
                 path = Path(directory, name)
@@ -250,7 +258,10 @@ class Sandbox:
             run = self._run_in(directory, namespaces, count_asserts, channels)
         finally:
             _close_all(channels.values())
-            _remove_tree(directory)
+            try:
+                _remove_tree(directory)
+            finally:
+                os.close(lock)
         if count_asserts:
             run.reports = _counted_asserts(run.reports, sandbox_child.counted_assert_lines(code))
         return run
@@ -273,7 +284,8 @@ class Sandbox:
         config = {"main": MAIN_FILE, "cpu_s": math.ceil(limits.cpu_s), "memory_bytes": limits.memory_mb << 20,
                   "file_bytes": limits.file_mb << 20, "disk_bytes": limits.disk_mb << 20,
                   "count_asserts": count_asserts, "strict": self.strict, "private_view": bool(namespaces),
-                  "site_packages": self.site_packages, "channels": {str(k): v for k, v in channels.items()}}
+                  "site_packages": self.site_packages, "channels": {str(k): v for k, v in channels.items()},
+                  "parent_pid": os.getpid(), "wall_s": limits.wall_s}
         flags = ["-I", "-u", "-X", "utf8"] + ([] if self.site_packages else ["-S"])
         report_read, report_write = os.pipe()
         config["report_fd"] = report_write
@@ -291,16 +303,63 @@ class Sandbox:
         finally:
             _close_all([report_write, *channels.values()])
             channels.clear()
-        streams = _Streams(process, report_read, limits)
-        # without namespaces the directory is no size-limited tmpfs: the parent watches its total instead
-        disk = None if namespaces else DiskWatch(directory, limits.disk_mb << 20)
-        stopped = streams.collect(started + limits.wall_s, disk)
+        try:
+            streams = _Streams(process, report_read, limits)
+            # without namespaces the directory is no size-limited tmpfs: the parent watches its total instead
+            disk = None if namespaces else DiskWatch(directory, limits.disk_mb << 20)
+            stopped = streams.collect(started + limits.wall_s, disk)
+        except BaseException:  # Ctrl-C (KeyboardInterrupt) or an error here: the program must not outlive it
+            _reap(process)
+            raise
         exit_code, cpu_s = _reap(process)
         run = _describe(exit_code, cpu_s, time.perf_counter() - started, stopped, streams, limits, bool(namespaces),
                         self.strict)
         if run.status == "refused":
             raise SandboxUnavailable(f"strict sandbox: an isolation layer is missing here: {run.isolation}")
         return run
+
+
+def _lock_directory(directory: str) -> int:
+    """Hold an exclusive lock on the run's directory while the run lives; returns the descriptor to close."""
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    return descriptor
+
+
+def sweep_stale_runs(parent: str | None = None, *, min_age_s: float = _STALE_AFTER_S) -> list[str]:
+    """Remove this user's run directories in ``parent`` (the temporary folder) that no live run holds: those
+    of an env process killed during a run (its program died with it). Returns the paths removed."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        names = [name for name in os.listdir(parent) if name.startswith(RUN_DIR_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            if time.time() - info.st_mtime < min_age_s:
+                continue  # between mkdtemp and its lock, a live run's directory is unlocked for an instant
+            descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a live run holds it
+            _remove_tree(path)
+            removed.append(path)
+        except (OSError, SandboxError):
+            continue
+        finally:
+            os.close(descriptor)
+    return removed
+
+
+@functools.cache
+def _sweep_once() -> None:
+    sweep_stale_runs()
 
 
 def _close_all(descriptors) -> None:

@@ -14,10 +14,17 @@ applies, in order:
    ABI >= 4 no TCP connect or bind, with ABI >= 6 no signal to a process outside the sandbox;
 4. seccomp (x86_64, aarch64): no new process (``fork``, ``vfork``, ``clone`` of a process; threads are
    allowed), no ``execve``, no socket (``socketpair`` is allowed), no signal but to itself, no ``ptrace``, no
-   ``io_uring``; calls that name a process (``prlimit``, ``setpriority``, ``sched_setaffinity``,
-   ``sched_setscheduler``...) work only on itself; no memory outside the address-space limit (``memfd_create``,
-   SysV shared memory, pipe resizing); no mount or namespace changes; without the private view of step 2, no
-   metadata change anywhere (``chmod``, ``chown``, ``utime``, extended attributes).
+   ``io_uring``; no signal-driven I/O aimed elsewhere (``fcntl`` ``F_SETOWN``, ``F_SETOWN_EX``, ``F_SETSIG``,
+   ``ioctl`` ``FIOSETOWN``/``SIOCSPGRP``: the kernel would signal the owner it names); calls that name a process
+   (``prlimit``, ``setpriority``, ``sched_setaffinity``, ``sched_setscheduler``...) work only on itself; no
+   memory outside the address-space limit (``memfd_create``, SysV shared memory, pipe resizing); no mount or
+   namespace changes; without the private view of step 2, no metadata change anywhere (``chmod``, ``chown``,
+   ``utime``, extended attributes);
+5. a life no longer than its parent's and its wall limit: the kernel sends ``SIGKILL`` when the process that
+   started it dies (``PR_SET_PDEATHSIG``; the launcher exits at once if that parent is already gone), and a
+   timer of its own sends ``SIGKILL`` a little after ``wall_s`` even if no parent is there to stop it; seccomp
+   keeps the program from clearing either (``prctl(PR_SET_PDEATHSIG)``, ``timer_settime``/``timer_delete`` of
+   that timer).
 
 The first line on the report pipe (``REPORT_FD``) is this launcher's: which layers hold. The parent reads
 isolation from that line only, since everything after it may come from the program. It then runs the program
@@ -164,6 +171,8 @@ _SYSCALL_NUMBERS = {
     "unshare": (272, 97), "setns": (308, 268), "mount_setattr": (442, 442), "open_tree": (428, 428),
     "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432),
     "fspick": (433, 433),
+    # signal-driven I/O and the process's own life
+    "ioctl": (16, 29), "prctl": (157, 167), "timer_settime": (223, 110), "timer_delete": (226, 111),
     # metadata: refused only where the read-only view of the file system is missing
     "chmod": (90, None), "fchmod": (91, 52), "fchmodat": (268, 53), "fchmodat2": (452, 452),
     "chown": (92, None), "fchown": (93, 55), "lchown": (94, None), "fchownat": (260, 54), "utime": (132, None),
@@ -193,9 +202,14 @@ _RULES = {
     "clone": "threads_only", "clone3": "no_such_call", "kill": "self_or_group", "tgkill": "self",
     "rt_sigqueueinfo": "self", "rt_tgsigqueueinfo": "self", "setpriority": "priority_of_self",
     "getpriority": "priority_of_self", "ioprio_set": "io_priority_of_self", "ioprio_get": "io_priority_of_self",
-    "fcntl": "no_pipe_resize",
+    "fcntl": "fcntl_allowed", "ioctl": "ioctl_allowed", "prctl": "prctl_allowed",
+    "timer_settime": "not_the_wall_timer", "timer_delete": "not_the_wall_timer",
 }
-_F_SETPIPE_SZ = 1031
+# fcntl commands refused: a pipe resize (memory outside RLIMIT_AS); F_SETOWN, F_SETOWN_EX and F_SETSIG, which
+# make the kernel signal the process (group) they name when I/O is ready, past seccomp's rules on kill().
+_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETPIPE_SZ = 8, 10, 15, 1031
+_FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902  # the same owner, set through ioctl on a socket (socketpair is allowed)
+_PR_SET_PDEATHSIG = 1
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
@@ -203,6 +217,10 @@ _CLONE_THREAD = 0x00010000
 _X32_SYSCALL_BIT = 0x40000000
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _ARG0_LOW, _ARG1_LOW = 16, 24  # offsetof(struct seccomp_data, args[i]); the low 32 bits (little-endian): pid_t
+_SYS_TIMER_CREATE = {"x86_64": 222, "aarch64": 107}
+_SYS_TIMER_SETTIME = {"x86_64": 223, "aarch64": 110}
+_CLOCK_MONOTONIC, _SIGEV_SIGNAL = 1, 0
+_WALL_GRACE_S = 1.0  # the parent stops the run at wall_s; the run's own timer only when no parent did
 
 
 
@@ -239,11 +257,16 @@ def _assemble(program):
     return (_SockFilter * len(instructions))(*instructions)
 
 
-def apply_seccomp(metadata=True):
-    """Install the filter described by ``_RULES`` (and, unless ``metadata``, refuse every metadata change);
-    raises OSError where the machine cannot."""
+def _machine():
     machine = os.uname().machine.lower()
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def apply_seccomp(metadata=True, wall_timer=-1):
+    """Install the filter described by ``_RULES`` (and, unless ``metadata``, refuse every metadata change);
+    ``wall_timer`` is the id of the timer that ends the run, which the program may not change or delete.
+    Raises OSError where the machine cannot."""
+    machine = _machine()
     if machine not in _AUDIT_ARCH:
         raise OSError(f"no seccomp syscall table for {machine}")
     column, own_pid = _MACHINES.index(machine), os.getpid()
@@ -258,7 +281,13 @@ def apply_seccomp(metadata=True):
     program += [  # BPF jumps only forward: the argument checks first, the verdicts last
         (_RET, _RET_ALLOW, None, None),
         ("label", "threads_only"), (_LD_W_ABS, _ARG0_LOW, None, None), (_JSET, _CLONE_THREAD, "allow", "deny"),
-        ("label", "no_pipe_resize"), (_LD_W_ABS, _ARG1_LOW, None, None), (_JEQ, _F_SETPIPE_SZ, "deny", "allow"),
+        ("label", "fcntl_allowed"), (_LD_W_ABS, _ARG1_LOW, None, None), (_JEQ, _F_SETPIPE_SZ, "deny", None),
+        (_JEQ, _F_SETOWN, "deny", None), (_JEQ, _F_SETOWN_EX, "deny", None), (_JEQ, _F_SETSIG, "deny", "allow"),
+        ("label", "ioctl_allowed"), (_LD_W_ABS, _ARG1_LOW, None, None), (_JEQ, _FIOSETOWN, "deny", None),
+        (_JEQ, _SIOCSPGRP, "deny", "allow"),
+        ("label", "prctl_allowed"), (_LD_W_ABS, _ARG0_LOW, None, None), (_JEQ, _PR_SET_PDEATHSIG, "deny", "allow"),
+        ("label", "not_the_wall_timer"), (_LD_W_ABS, _ARG0_LOW, None, None),
+        (_JEQ, wall_timer & 0xFFFFFFFF, "deny", "allow"),
         ("label", "priority_of_self"), (_LD_W_ABS, _ARG0_LOW, None, None), (_JEQ, 0, "who_is_self", "deny"),
         ("label", "io_priority_of_self"), (_LD_W_ABS, _ARG0_LOW, None, None), (_JEQ, 1, "who_is_self", "deny"),
         ("label", "who_is_self"), (_LD_W_ABS, _ARG1_LOW, None, None), (_JEQ, 0, "allow", None),
@@ -344,6 +373,27 @@ def _apply_limits(config):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write raises OSError (EFBIG) instead of killing
 
 
+def _tie_life_to_parent(parent_pid):
+    """SIGKILL when the process that started this one dies (checked once after, for a parent already gone)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(STRICT_REFUSAL_EXIT_CODE)  # the parent died before the line above: nobody waits for this run
+
+
+def _start_wall_timer(wall_s):
+    """A timer that sends this process SIGKILL after ``wall_s`` seconds, whatever its parent does; its id."""
+    machine = _machine()
+    if machine not in _SYS_TIMER_CREATE:
+        raise OSError(f"no timer syscall numbers for {machine}")
+    event = ctypes.create_string_buffer(struct.pack("<qii", 0, signal.SIGKILL, _SIGEV_SIGNAL) + bytes(48), 64)
+    timer = ctypes.c_int(-1)
+    _syscall(_SYS_TIMER_CREATE[machine], ctypes.c_long(_CLOCK_MONOTONIC), event, ctypes.byref(timer))
+    seconds = max(wall_s, 0.001)
+    spec = ctypes.create_string_buffer(struct.pack("<qqqq", 0, 0, int(seconds), int(seconds % 1 * 1e9)), 32)
+    _syscall(_SYS_TIMER_SETTIME[machine], ctypes.c_long(timer.value), ctypes.c_long(0), spec, None)
+    return timer.value
+
+
 def _isolate(config):
     layers = {}
     if config.get("private_view"):
@@ -362,8 +412,17 @@ def _isolate(config):
     except (OSError, AttributeError) as error:
         layers["landlock"] = 0
         layers["landlock_error"] = str(error)
+    # after the namespaces and Landlock (credential changes), before seccomp (which then guards both)
+    wall_timer = -1
     try:
-        apply_seccomp(metadata=layers["private_view"])
+        _tie_life_to_parent(config["parent_pid"])
+        wall_timer = _start_wall_timer(config["wall_s"] + _WALL_GRACE_S)
+        layers["lifetime"] = True
+    except (OSError, KeyError) as error:
+        layers["lifetime"] = False
+        layers["lifetime_error"] = str(error)
+    try:
+        apply_seccomp(metadata=layers["private_view"], wall_timer=wall_timer)
         layers["seccomp"] = True
     except (OSError, AttributeError) as error:
         layers["seccomp"] = False
@@ -471,7 +530,10 @@ def main():
     except SystemExit:
         raise  # the interpreter prints its message and exits with its code, as for any program
     except BaseException as error:  # noqa: BLE001 - this is the program's top level
-        _print_user_traceback(error)
+        try:
+            _print_user_traceback(error)
+        except MemoryError:  # the program left no room to import traceback: its last line, as Python ends one
+            sys.stderr.write(f"{type(error).__name__}: {error}\n")
         _report({"kind": "exception", "type": type(error).__name__})
         return 1
     return 0
