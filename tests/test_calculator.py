@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import pickle
 import re
+import time
 from fractions import Fraction
 
 import pytest
@@ -189,6 +190,26 @@ def test_calculate_tool_fails_cleanly_on_wrong_argument_types() -> None:
     assert not calculate.call({"expression": 12}).ok
     assert not calculate.call({}).ok
     assert not calculate.call({"expression": "9 ** 9 ** 9"}).ok
+
+
+@pytest.mark.parametrize("expression", [
+    "((1/999999999999999)**1000)**1000",  # held the interpreter lock for 13 s
+    "(((1/999)**1000)**1000)**30",  # had not returned after 90 s
+    "(1/3)**700", "(3/4)**700", "7 ** -400", "1 + (1/97)**160",
+])
+def test_a_fraction_too_fine_to_compute_is_refused_at_once(expression: str) -> None:
+    started = time.perf_counter()
+    result = calculate.call({"expression": expression})
+    assert not result.ok and "result too precise" in result.text and "limit is 1,024" in result.text
+    assert time.perf_counter() - started < 2.0  # a guard, not a benchmark: the refusal comes before the work
+
+
+def test_fractions_within_the_bit_limit_stay_exact_and_floats_still_underflow_quietly() -> None:
+    assert safe_eval("(1/3) ** 600") == Fraction(1, 3**600)
+    assert safe_eval("(1/999999999999999) ** 10 * 10 ** 15") == Fraction(10**15, 999999999999999**10)
+    assert safe_eval("0.001 ** 1000") == 0.0
+    with pytest.raises(CalculatorError, match="result too precise"):
+        safe_eval("(1/3) ** 20", max_bits=16)
 
 
 def test_calculate_tool_schema_requires_the_expression() -> None:

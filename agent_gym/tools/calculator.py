@@ -2,7 +2,10 @@
 
 :func:`safe_eval` walks the expression's ``ast`` itself (never ``eval``/``exec``), computes exactly with
 integers and fractions where it can, and refuses anything that could take long or grow large *before*
-computing it: long inputs, many nodes, huge exponents, results beyond ``max_abs``.
+computing it: long inputs, many nodes, huge exponents, results beyond ``max_abs``, and fractions whose
+numerator or denominator would pass ``max_bits`` (a tiny fraction to a power grows its denominator without
+bound, and Python's big-integer arithmetic holds the interpreter lock while it does, so no timeout could stop
+it). Every operand and every result is within those bounds, so each operation is cheap.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ MAX_CHARS = 200
 MAX_ABS = 1e15
 MAX_NODES = 100
 MAX_EXPONENT = 1_000
+MAX_BITS = 1_024  # numerator and denominator of an exact fraction: ~308 digits each
 
 # Models write these; map them to Python's operators before parsing.
 _UNICODE_OPERATORS = str.maketrans({"×": "*", "÷": "/", "−": "-", "–": "-"})
@@ -50,6 +54,7 @@ def safe_eval(
     max_abs: float = MAX_ABS,
     max_nodes: int = MAX_NODES,
     max_exponent: int = MAX_EXPONENT,
+    max_bits: int = MAX_BITS,
 ) -> Number:
     """Evaluate an arithmetic expression without ``eval``.
 
@@ -58,7 +63,8 @@ def safe_eval(
 
     Raises:
         CalculatorError: on syntax errors, unknown names, division by zero, and any input or intermediate
-            result beyond the limits.
+            result beyond the limits (an exact fraction's numerator or denominator beyond ``max_bits`` bits
+            included).
     """
     if not isinstance(expression, str):
         raise CalculatorError(f"expression must be a string, got {type(expression).__name__}")
@@ -77,15 +83,16 @@ def safe_eval(
         if count > max_nodes:
             raise CalculatorError(f"expression has more than {max_nodes} parts; split it into smaller steps")
     try:
-        return _Evaluator(max_abs, max_exponent).evaluate(tree.body)
+        return _Evaluator(max_abs, max_exponent, max_bits).evaluate(tree.body)
     except RecursionError:  # only reachable when the caller raises max_nodes far above the default
         raise CalculatorError("expression is nested too deeply") from None
 
 
 class _Evaluator:
-    def __init__(self, max_abs: float, max_exponent: int) -> None:
+    def __init__(self, max_abs: float, max_exponent: int, max_bits: int) -> None:
         self.max_abs = max_abs
         self.max_exponent = max_exponent
+        self.max_bits = max_bits
 
     def evaluate(self, node: ast.AST) -> Number:
         value = self._visit(node)
@@ -122,7 +129,15 @@ class _Evaluator:
             raise CalculatorError("result is not a finite number")
         if abs(value) > self.max_abs:
             raise CalculatorError(f"result too large: magnitude above the limit of {self.max_abs:g}")
+        if isinstance(value, Fraction):
+            self._check_bits(max(value.numerator.bit_length(), value.denominator.bit_length()))
         return value
+
+    def _check_bits(self, bits: float) -> None:
+        if bits > self.max_bits:
+            raise CalculatorError(
+                f"result too precise: an exact fraction of about {bits:,.0f} bits (numerator or denominator); the "
+                f"limit is {self.max_bits:,}. Use a decimal point to compute with floats, e.g. 0.001 ** 100")
 
     def _binary(self, op: ast.operator, left: Number, right: Number) -> Number:
         if isinstance(op, ast.Add):
@@ -161,7 +176,10 @@ class _Evaluator:
         if integral:
             if isinstance(base, float) or isinstance(exponent, float):
                 return float(base) ** int(exponent)
-            return Fraction(base) ** int(exponent)
+            exact = Fraction(base)
+            # size checked before computing: (1/999) ** 1000 has a 10,000-bit denominator
+            self._check_bits(abs(int(exponent)) * math.log2(max(abs(exact.numerator), exact.denominator)))
+            return exact ** int(exponent)
         if base < 0:
             raise CalculatorError("a negative number to a fractional power is not a real number")
         return float(base) ** float(exponent)
