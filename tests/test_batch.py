@@ -79,3 +79,87 @@ def test_every_estimator_gives_no_advantage_outside_the_action_mask(algo):
 def test_ppo_without_critic_values_is_a_clear_error():
     with pytest.raises(ValueError, match="critic"):
         ESTIMATORS["ppo"](_inputs(values=None))
+
+
+# --- packed_forward: the shared prompt once per group, no padding (issue 26) ---
+
+
+def _tiny_causal_lm(layers: int = 3) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+    )
+    return AutoModelForCausalLM.from_config(config).float()
+
+
+def _grouped_rows() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two groups of rows: each group's rows share a 24-token prompt, then differ; right-padded to 60."""
+    generator = torch.Generator().manual_seed(1)
+    lengths = torch.tensor([60, 41, 52, 33, 47])
+    prompts = torch.tensor([26, 26, 26, 30, 30])
+    groups = torch.tensor([0, 0, 0, 1, 1])
+    ids = torch.zeros(5, 60, dtype=torch.long)
+    shared = {0: torch.randint(1, 97, (30,), generator=generator), 1: torch.randint(1, 97, (30,), generator=generator)}
+    for row in range(5):
+        ids[row, : lengths[row]] = torch.randint(1, 97, (int(lengths[row]),), generator=generator)
+        ids[row, :24] = shared[int(groups[row])][:24]  # rows of a group part after 24 tokens, inside the prompt
+    return ids, lengths, prompts, groups
+
+
+def _padded_logprobs(model: torch.nn.Module, ids: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+    from agent_gym.trainers.losses import token_logprobs
+
+    return token_logprobs(model(input_ids=ids).logits, ids)
+
+
+def _response_mask(lengths: torch.Tensor, prompts: torch.Tensor, width: int) -> torch.Tensor:
+    positions = torch.arange(width)[None]
+    return ((positions >= prompts[:, None]) & (positions < lengths[:, None])).float()
+
+
+@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize("lora", [False, True])
+def test_packed_forward_gives_the_padded_passs_logprobs_and_gradients(share, lora):
+    from agent_gym.trainers.packed_forward import packed_logprobs, shared_prefix_length
+
+    model = _tiny_causal_lm()
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    ids, lengths, prompts, groups = _grouped_rows()
+    mask = _response_mask(lengths, prompts, ids.shape[1])
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(2)) * mask  # an advantage-like loss
+    trained = [p for p in model.parameters() if p.requires_grad]
+
+    padded = _padded_logprobs(model, ids, prompts)
+    padded_grads = torch.autograd.grad((padded * weights).sum(), trained)
+    packed = packed_logprobs(model, ids, lengths, prompts, groups if share else None, entropy=True)
+    packed_grads = torch.autograd.grad((packed.logprobs * weights).sum(), trained)
+
+    torch.testing.assert_close(packed.logprobs * mask, padded * mask, rtol=1e-5, atol=1e-5)
+    assert (packed.logprobs[mask == 0] == 0).all() and packed.entropy is not None
+    for packed_grad, padded_grad in zip(packed_grads, padded_grads, strict=True):
+        torch.testing.assert_close(packed_grad, padded_grad, rtol=1e-4, atol=1e-5)  # fp32 rounding
+    assert shared_prefix_length(ids[:3], lengths[:3], prompts[:3]) == 24
+    # the positions run: each row once (no padding), each group's 24 shared tokens once more than needed
+    unshared = int(lengths.sum())
+    assert packed.tokens_computed == (unshared - 24 * 2 - 24 * 1 if share else unshared)
+
+
+def test_packed_forward_shares_no_prefix_between_groups_or_short_prompts():
+    from agent_gym.trainers.packed_forward import MIN_SHARED_PREFIX, shared_prefix_length
+
+    ids, lengths, prompts, _ = _grouped_rows()
+    assert shared_prefix_length(ids[[0, 3]], lengths[[0, 3]], prompts[[0, 3]]) < MIN_SHARED_PREFIX
+    # capped one short of the shortest prompt: that position's logits predict the first response token
+    same = ids[[0, 0]]
+    assert shared_prefix_length(same, lengths[[0, 0]], torch.tensor([26, 20])) == 19

@@ -101,3 +101,19 @@ def test_a_missing_dot_slash_model_folder_is_refused_at_once_not_sent_to_the_hub
     monkeypatch.setattr("agent_gym.models.pretrained.hub_reachable", lambda: pytest.fail("asked the hub"))
     with pytest.raises(ModelInitError, match=r"'\./models/nonexistent' does not exist"):
         ModelPolicy.from_pretrained("./models/nonexistent")
+
+
+def test_eval_no_progress_hides_the_weights_bar_too(model_dir, tmp_path, capsys):
+    import json
+
+    from transformers.utils import logging as transformers_logging
+
+    from agent_gym.cli import main
+
+    argv = ["eval", ENV_ID, "--model", str(model_dir), "--episodes", "1", "--out", str(tmp_path / "e.jsonl"),
+            "--env-kwargs", json.dumps(ENV_KWARGS)]
+    assert main([*argv, "--no-progress"]) == 0
+    assert "Loading weights" not in capsys.readouterr().err
+    assert transformers_logging.is_progress_bar_enabled()  # hidden for that load only
+    assert main(argv) == 0
+    assert "Loading weights" in capsys.readouterr().err

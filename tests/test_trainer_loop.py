@@ -684,3 +684,81 @@ def test_vllm_backend_samples_from_the_updated_policy_after_each_step(vllm_model
     records = read_metrics(tmp_path)
     assert all(r[m.GRAD_NORM] > 0 for r in records)  # the policy moved at every step...
     assert all(r[m.SAMPLER_LOGPROB_DIFF] < 1e-4 for r in records)  # ...and vLLM sampled from the moved policy
+
+
+# --- a fast update (issue 26): the same loss and gradients with the shared prompt once and no padding ---
+
+
+def _one_step_grads(model_dir, run_dir, like=None, **overrides):
+    """One training step: the trainer, its gradients, its metrics and its starting weights; ``like``: starting
+    weights (by name) for this run's trainable parameters."""
+    config = _config(model_dir, run_dir, total_steps=1, eval_every=0, max_grad_norm=1e9, micro_batch_size=4,
+                     **overrides)
+    trainer = _trainer(config)
+    if like is not None:
+        with torch.no_grad():
+            for name, p in trainer.model.named_parameters():
+                if p.requires_grad:
+                    p.copy_(like[name])
+        trainer.backend.sync_weights(trainer.model)
+    start = _weights(trainer.model)
+    trainer.train()
+    grads = {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
+    return trainer, grads, read_metrics(run_dir)[0], start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True])
+def test_shared_prompt_and_padding_free_update_equals_the_padded_one(tiny_model_dir, tmp_path, lora):
+    lora_settings = dict(lora_rank=4, lora_target_modules=["all-linear"]) if lora else {}
+    runs = {
+        name: _one_step_grads(tiny_model_dir, tmp_path / name, share_prompt=share, padding_free=free,
+                              entropy_coef=0.01, kl_coef=0.05, **lora_settings)
+        for name, share, free in (("padded", False, False), ("packed", False, True), ("shared", True, True))
+    }
+    _, padded_grads, padded_metrics, _ = runs["padded"]
+    assert padded_grads
+    for name in ("packed", "shared"):
+        _, grads, metrics, _ = runs[name]
+        assert grads.keys() == padded_grads.keys()
+        for key, grad in padded_grads.items():
+            torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-6)
+        for key in (m.POLICY_LOSS, m.ENTROPY, m.KL_REF, m.GRAD_NORM, m.SAMPLER_LOGPROB_DIFF):
+            assert metrics[key] == pytest.approx(padded_metrics[key], rel=1e-4, abs=1e-6)
+    # the same batch, fewer positions run: no padding, then each group's prompt once
+    tokens = {name: run[2][m.UPDATE_TOKENS] for name, run in runs.items()}
+    assert tokens["shared"] < tokens["packed"] < tokens["padded"]
+    assert padded_metrics[m.UPDATE_BF16] == 0.0  # dtype float32 in these tests
+
+
+@pytest.mark.slow
+def test_lora_on_top_layers_trains_them_alike_and_runs_no_backward_below(tiny_model_dir, tmp_path):
+    settings = dict(lora_rank=4, lora_target_modules=["all-linear"])
+    _, every_layer, _, every_start = _one_step_grads(tiny_model_dir, tmp_path / "all", **settings)
+    # the top layer's adapters start from the every-layer run's (their random A draws differ otherwise)
+    top, top_grads, _, _ = _one_step_grads(tiny_model_dir, tmp_path / "top", like=every_start, lora_layers=1,
+                                           **settings)
+    layers = top.model.get_base_model().model.layers
+    assert len(layers) == 2
+    trained = {name for name, p in top.model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in name and ".layers.1." in name for name in trained)
+    assert set(top_grads) == trained  # no gradient for any frozen base weight
+    for name, grad in top_grads.items():  # lora_B starts at 0: the lower adapters change nothing in a first step
+        torch.testing.assert_close(grad, every_layer[name], rtol=1e-4, atol=1e-7)
+
+    # no graph below the lowest trained layer: its input requires no grad, so backward stops there
+    seen = []
+    hook = layers[1].register_forward_pre_hook(lambda module, args, kwargs: seen.append(
+        (kwargs.get("hidden_states", args[0] if args else None)).requires_grad), with_kwargs=True)
+    batch = _collected_batch(top)
+    top.model.train()
+    logprobs = top._policy_logprobs(top.model, batch)[0]
+    hook.remove()
+    assert seen and not any(seen) and logprobs.requires_grad
+
+
+def test_lora_layers_needs_lora():
+    from agent_gym.trainers.config import ConfigError, TrainConfig
+
+    with pytest.raises(ConfigError, match="lora_layers"):
+        TrainConfig(lora_layers=2)

@@ -131,7 +131,7 @@ def run_eval(args: argparse.Namespace) -> int:
             policy = ModelPolicy.from_pretrained(args.model, adapter=args.adapter, dtype=resolve_dtype(args.dtype),
                                                  candidates=candidates, select=select,
                                                  temperature=args.temperature, seed=args.seed,
-                                                 max_new_tokens=args.max_new_tokens)
+                                                 max_new_tokens=args.max_new_tokens, progress=not args.no_progress)
         if args.naive_rag:
             from agent_gym.trainers.model_naive_rag import ModelNaiveRAGPolicy
 

@@ -223,12 +223,14 @@ def load_model_and_tokenizer(
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
     adapter: str | Path | None = None,
+    progress: bool = True,
 ) -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer: ours, a known offline name such as ``smollm2-135m-instruct`` (converted on
     first use, see :mod:`agent_gym.models.pretrained`), or a hub checkpoint such as Qwen/Qwen2.5-3B-Instruct.
 
     ``adapter``: a LoRA adapter directory (``agent-gym sft/train --lora-rank``) merged into the weights. A directory
     that holds only an adapter may also be passed as ``name_or_path``; its base model is the one it names.
+    ``progress=False`` hides transformers' "Loading weights" bar (``eval --no-progress``).
     Ensures the tokenizer has a pad token and a chat template, and pads on the left (for generation).
     """
     from agent_gym.models.pretrained import PretrainedModelError, hub_offline, is_known_model, resolve_model
@@ -242,6 +244,11 @@ def load_model_and_tokenizer(
             raise
         raise ModelInitError(f"{error}; or build one with `agent-gym model init --preset tiny --out DIR`") from error
     local_only = hub_offline()  # set by resolve_model when no hub is needed or none answers
+    from transformers.utils import logging as transformers_logging
+
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    if not progress:
+        transformers_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, local_files_only=local_only)
@@ -251,6 +258,9 @@ def load_model_and_tokenizer(
             "`agent-gym model init --preset tiny --out DIR`, get a real one with `agent-gym model get "
             "smollm2-135m-instruct`, or pass a local Hugging Face model directory"
         ) from error
+    finally:
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
     if is_known_model(name_or_path):  # adapters trained on it then name it portably, not by this cache path
         model.name_or_path = model.config._name_or_path = str(name_or_path)
     if adapter is not None:

@@ -331,6 +331,31 @@ class TrainConfig:
     )
     tensorboard: bool = field(default=True, metadata=_help("Also write TensorBoard event files."))
 
+    # --- update speed (issue 26): each exact to float rounding unless its help says otherwise ---
+    share_prompt: bool = field(
+        default=True,
+        metadata=_help(
+            "Run the prefix that a group's samples share (system prompt + question) once per micro-batch in "
+            "the update and scoring passes, every sample reusing its keys/values (gradients summed through "
+            "them). Same loss and gradients as the padded pass, to float rounding."
+        ),
+    )
+    padding_free: bool = field(
+        default=True,
+        metadata=_help(
+            "Run each sequence (or suffix after the shared prompt) at its own length in the update and scoring "
+            "passes, so no token is computed for padding. Same loss and gradients as the padded pass; on a GPU "
+            "the padded batch may be faster (turn it off there)."
+        ),
+    )
+    lora_layers: int = field(
+        default=0,
+        metadata=_help(
+            "With LoRA: adapters on the top N decoder layers only (0: every layer). The layers below get no "
+            "backward pass at all. Changes what trains, so off by default."
+        ),
+    )
+
     def __post_init__(self) -> None:
         self.validate()
 
@@ -410,6 +435,8 @@ class TrainConfig:
             )
         if self.keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
+        if self.lora_layers < 0 or (self.lora_layers and not self.lora_rank):
+            raise ConfigError(f"lora_layers needs lora_rank > 0 and must be >= 0, got {self.lora_layers}")
 
     @property
     def rollout_batch_size(self) -> int:

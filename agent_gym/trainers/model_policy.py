@@ -100,17 +100,18 @@ class ModelPolicy:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, adapter: str | Path | None = None, dtype: torch.dtype = torch.float32,
-                        **kwargs: Any) -> ModelPolicy:
+                        progress: bool = True, **kwargs: Any) -> ModelPolicy:
         """Load a model directory (ours from `agent-gym model init` / `sft` / `train`, a known name such as
         ``smollm2-135m-instruct``, or a HF checkpoint), or a training run's directory (its ``final/``), with an
-        optional LoRA ``adapter`` merged in. ``select="value"`` loads the critic saved beside the policy."""
+        optional LoRA ``adapter`` merged in. ``select="value"`` loads the critic saved beside the policy.
+        ``progress=False`` loads without transformers' weights bar."""
         from agent_gym.models.model_init import ADAPTER_CONFIG, load_model_and_tokenizer
         from agent_gym.trainers.critic import CRITIC_FILE, ValueModel
 
         # Kept as given: Path() would drop a leading "./", and "./models/x" would then read as a hub id.
         if any((Path(path) / "final" / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):
             path = Path(path) / "final"
-        model, tokenizer = load_model_and_tokenizer(path, dtype=dtype, adapter=adapter)
+        model, tokenizer = load_model_and_tokenizer(path, dtype=dtype, adapter=adapter, progress=progress)
         path = Path(path)
         if kwargs.get("select") == "value" and kwargs.get("candidates", 1) > 1 and kwargs.get("critic") is None:
             if not (path / CRITIC_FILE).is_file():

@@ -65,6 +65,7 @@ from agent_gym.trainers.losses import (
 )
 from agent_gym.trainers.lr_schedule import lr_lambda
 from agent_gym.trainers.metrics import MetricsLogger, episode_metrics
+from agent_gym.trainers.packed_forward import packed_logprobs
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 from agent_gym.trainers.run_dir import check_run_dir, clear_run_dir
 from agent_gym.trainers.task_sampler import TaskSampler
@@ -203,11 +204,37 @@ class Trainer:
         targets: Any = self.config.lora_target_modules
         if targets == ["all-linear"]:
             targets = "all-linear"
+        layers = None
+        if self.config.lora_layers:
+            # Adapters on the top layers only: nothing below the lowest of them needs a gradient, so autograd
+            # records no graph there and the backward stops at that layer (no torch.no_grad needed: the hidden
+            # states below require no grad). peft takes layers_to_transform only with named targets.
+            total = int(model.config.num_hidden_layers)
+            if self.config.lora_layers > total:
+                raise ConfigError(f"lora_layers={self.config.lora_layers} exceeds the model's {total} layers")
+            layers = list(range(total - self.config.lora_layers, total))
+            if targets == "all-linear":
+                targets = sorted(
+                    {
+                        name.rsplit(".", 1)[-1]
+                        for name, module in model.named_modules()
+                        if isinstance(module, torch.nn.Linear) and ".layers." in name
+                    }
+                )
         lora = LoraConfig(
             r=self.config.lora_rank,
             lora_alpha=self.config.lora_alpha,
             lora_dropout=self.config.lora_dropout,
             target_modules=targets,
+            layers_to_transform=layers,
+            task_type="CAUSAL_LM",
+        )
+        lora = LoraConfig(
+            r=self.config.lora_rank,
+            lora_alpha=self.config.lora_alpha,
+            lora_dropout=self.config.lora_dropout,
+            target_modules=targets,
+            layers_to_transform=layers,
             task_type="CAUSAL_LM",
         )
         return get_peft_model(model, lora)
@@ -282,9 +309,54 @@ class Trainer:
         return "logits_to_keep" in inspect.signature(base.forward).parameters
 
     def _forward_logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
-        logits, start = self._response_logits(model, batch)
-        logprobs = token_logprobs(logits, batch.input_ids[:, start:], self.config.temperature)
-        return F.pad(logprobs, (start, 0))
+        return self._policy_logprobs(model, batch)[0]
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The precision of the update's matmuls: ``config.dtype`` as resolved on this machine (``auto``: by
+        measurement, models/precision.py). bf16 runs under autocast, so fp32 parameters (LoRA adapters, or an
+        fp32 model passed in) compute in bf16 while they and their gradients stay fp32."""
+        if not hasattr(self, "_compute_dtype"):
+            from agent_gym.models.precision import resolve_dtype
+
+            self._compute_dtype = resolve_dtype(self.config.dtype, self.device)
+        return self._compute_dtype
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.compute_dtype == torch.bfloat16:
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _policy_logprobs(
+        self, model: torch.nn.Module, batch: TokenBatch, entropy: bool = False, entropy_grad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """``[B, T]`` log-probs (and entropies when asked) of ``batch`` under ``model``, and the positions run.
+
+        With ``share_prompt`` / ``padding_free`` a group's shared prefix runs once and no padding is computed
+        (packed_forward.py); otherwise one padded forward of the micro-batch.
+        """
+        config = self.config
+        with self._autocast():
+            if config.share_prompt or config.padding_free:
+                packed = packed_logprobs(
+                    model,
+                    batch.input_ids,
+                    batch.attention_mask.sum(dim=1),
+                    batch.prompt_lengths,
+                    batch.group_index if config.share_prompt else None,
+                    config.temperature,
+                    entropy=entropy,
+                    entropy_grad=entropy_grad,
+                )
+                return packed.logprobs, packed.entropy, packed.tokens_computed
+            logits, start = self._response_logits(model, batch)
+            pad = (start, 0)  # back to full-length [B, T] tensors, zeros on the skipped prompt positions
+            logprobs = F.pad(token_logprobs(logits, batch.input_ids[:, start:], config.temperature), pad)
+            entropies = None
+            if entropy:
+                with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                    entropies = F.pad(entropy_from_logits(logits, config.temperature), pad)
+            return logprobs, entropies, batch.input_ids.numel()
 
     @torch.no_grad()
     def score(self, batch: TokenBatch) -> ScoredBatch:
@@ -364,7 +436,9 @@ class Trainer:
             for mini_rows in torch.tensor_split(order, min(config.num_mini_batches, batch.size)):
                 for key, value in self._optimizer_step(batch.rows(mini_rows.to(self.device))).items():
                     totals[key].append(value)
-        return {key: float(np.mean(values)) for key, values in totals.items()}
+        stats = {key: float(np.mean(values)) for key, values in totals.items()}
+        stats[m.UPDATE_BF16] = float(self.compute_dtype == torch.bfloat16)
+        return stats
 
     def _optimizer_step(self, mini: UpdateBatch) -> dict[str, float]:
         config, agg, length = self.config, self.config.aggregation, self.config.max_context_tokens
@@ -378,19 +452,25 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if self.critic_optimizer is not None:
             self.critic_optimizer.zero_grad(set_to_none=True)
-        # Micro-batches of similar lengths waste little on padding; the sum over them is order-free.
-        mini = mini.rows(mini.tokens.attention_mask.sum(dim=1).argsort())
+        # Micro-batches of similar lengths waste little on padding; the sum over them is order-free. With
+        # share_prompt a group's rows stay together (by group, then length), so they share their prefix.
+        lengths = mini.tokens.attention_mask.sum(dim=1)
+        if config.share_prompt:
+            lengths = lengths + mini.tokens.group_index * (mini.tokens.input_ids.shape[1] + 1)
+        mini = mini.rows(lengths.argsort(stable=True))
         for first_row in range(0, mini.size, config.micro_batch_size):
             micro = mini.rows(slice(first_row, first_row + config.micro_batch_size)).trimmed()
             tokens, scored, targets = micro.tokens, micro.scored, micro.targets
             mask = self._loss_token_mask(tokens)
-            logits, start = self._response_logits(self.model, tokens)
-            pad = (start, 0)  # back to full-length [B, T] tensors, zeros on the skipped prompt positions
-            logprobs = F.pad(token_logprobs(logits, tokens.input_ids[:, start:], config.temperature), pad)
+            # entropy: a graph only when it is in the loss
+            logprobs, entropy, computed = self._policy_logprobs(
+                self.model, tokens, entropy=True, entropy_grad=config.entropy_coef > 0
+            )
+            assert entropy is not None
             old_logprobs = scored.old_logprobs if scored.old_logprobs is not None else logprobs.detach()
-            with torch.set_grad_enabled(config.entropy_coef > 0):  # a graph only when it is in the loss
-                entropy = F.pad(entropy_from_logits(logits, config.temperature), pad)
             zero = logprobs.new_zeros(())
+            sums[m.UPDATE_TOKENS] += computed
+
 
             # PPO Eq. 7 on the masked tokens (Agent-R1's action mask); losses.py holds the equations.
             pg = policy_loss(
