@@ -21,7 +21,8 @@ from agent_gym.error import AgentGymError
 
 __all__ = [
     "ANSWER", "CHECK", "CONTEXT_REWRITTEN", "EVIDENCE_RECALL", "FORMAT_ERRORS", "GOLD_ANSWERS", "MESSAGES",
-    "NEW_MESSAGES", "REWARD_COMPONENTS", "REWARD_SPEC", "STOP_STRINGS", "TASK_ID", "TOOLS", "TOOL_CALLS",
+    "NEW_MESSAGES", "REWARD_COMPONENTS", "REWARD_SPEC", "STOP_STRINGS", "TASK_FIELDS", "TASK_ID", "TOOLS",
+    "TOOL_CALLS",
     "TOOL_FORMAT", "TURN", "ChatMessage", "ContractError", "ResetInfo", "StepInfo", "ToolCallRecord",
     "check_reset_info", "check_step_info", "check_tool_env_contract", "new_messages",
 ]
@@ -40,6 +41,9 @@ TOOLS = "tools"  # OpenAI-style schemas of the available tools
 TOOL_FORMAT = "tool_format"
 STOP_STRINGS = "stop_strings"
 REWARD_SPEC = "reward_spec"
+# the task's kind and its scalar metadata (e.g. SynthHop's {"kind": "bridge", "hops": 2}): what a trainer may
+# balance or break metrics down by (TrainConfig.balance_by)
+TASK_FIELDS = "task_fields"
 # --- keys of a step's info ---
 FORMAT_ERRORS = "format_errors"
 # --- keys of the info that ends an episode ---
@@ -95,6 +99,7 @@ class ResetInfo(StepInfo, total=False):
     tool_format: str
     stop_strings: list[str]
     reward_spec: str
+    task_fields: dict[str, str | int | float | bool]
 
 
 class ContractError(AgentGymError, ValueError):

@@ -40,6 +40,12 @@ MIN_SUMMARY_CHARS = 100  # the summary message's header and one short entry
 _TRUNCATION_NOTE = "\n[... truncated {} characters]"
 
 
+def _task_fields(task: Task) -> dict[str, Any]:
+    """``info["task_fields"]``: the task's kind and the scalar values of its metadata (hop count, split...)."""
+    scalars = {key: value for key, value in task.metadata.items() if isinstance(value, str | int | float | bool)}
+    return {"kind": task.kind, **scalars} if task.kind else scalars
+
+
 def _clip(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, ending with a note of how much was cut when it fits."""
     if len(text) <= limit:
@@ -200,6 +206,7 @@ class ToolEnv(gym.Env[str, str]):
         info["tool_format"] = self.tool_format.name
         info["stop_strings"] = list(self.tool_format.stop_strings_for(self.tool_schemas))
         info["reward_spec"] = self.reward_spec.name
+        info["task_fields"] = _task_fields(self.task)
         if self.render_mode == "human":
             self.render()
         return question, info

@@ -356,3 +356,16 @@ def test_envs_lists_the_remote_env_the_readme_uses(capsys: pytest.CaptureFixture
     main(["envs"])
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("AgentGym-Remote-v0 "))
     assert "agent-gym env serve" in line and "base_url=" in line
+
+
+@pytest.mark.parametrize("command", ["sft", "train", "eval", "play", "model pretrain"])
+def test_every_command_that_runs_a_model_takes_torch_threads(command: str) -> None:
+    from agent_gym.cli import _build_parser
+
+    required = {"sft": ["--env", "E", "--model", "m", "--out", "o"], "eval": ["E"], "play": ["E"]}.get(command, [])
+    assert _build_parser(command).parse_args([*required, "--torch-threads", "3"]).torch_threads == 3
+
+
+def test_play_applies_torch_threads_before_loading_the_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["play", "AgentR1-Calculator-v0", "--model", "smollm2-135m-instruct", "--torch-threads", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("agent-gym play: torch threads must be >= 0")

@@ -45,6 +45,9 @@ def add_play_arguments(parser: argparse.ArgumentParser) -> None:
                              "agent's turns, greedy, and watch; default: you type them")
     parser.add_argument("--adapter", default=None, help="with --model: a LoRA adapter directory merged into it")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="with --model: tokens per model turn")
+    parser.add_argument("--torch-threads", type=int, default=None,  # as eval's
+                        help="with --model: torch.set_num_threads (default: agent_gym.models.threads's measured "
+                             "default; 0 keeps torch's own)")
     add_env_kwargs_arguments(parser)
 
 
@@ -56,8 +59,8 @@ def _model_turns(args: argparse.Namespace) -> Any:
     from agent_gym.models.threads import set_torch_threads
     from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
 
-    set_torch_threads(None)
     with user_errors(ModelPolicyError, ModelInitError, PretrainedModelError, ValueError):
+        set_torch_threads(args.torch_threads)
         return ModelPolicy.from_pretrained(args.model, adapter=args.adapter, dtype=resolve_dtype("auto"),
                                            max_new_tokens=args.max_new_tokens)
 

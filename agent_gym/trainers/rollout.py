@@ -42,6 +42,7 @@ from agent_gym.contract import (
     MESSAGES,
     REWARD_COMPONENTS,
     STOP_STRINGS,
+    TASK_FIELDS,
     TASK_ID,
     TOOL_CALLS,
     TOOLS,
@@ -89,6 +90,7 @@ class _Episode:
     truncated_by: str | None = None
     awaits_truncate: bool = False  # cut by the collector: the env's truncate() pays at the end of the round
     lost: bool = False  # its env's worker died or timed out: dropped, not returned
+    task_fields: dict = field(default_factory=dict)  # reset's info["task_fields"] (kind, hops...), if any
 
 
 def _reset_kwargs(spec: Mapping[str, Any] | str) -> dict[str, Any]:
@@ -245,6 +247,7 @@ class RolloutCollector:
             tokens=tokens,
             summary=EpisodeSummary.from_reset(info),
             last_info={TASK_ID: task_id},
+            task_fields=dict(info.get(TASK_FIELDS) or {}),
         )
 
     def _record_turn(self, episode: _Episode, generation: Generation) -> bool:
@@ -347,6 +350,7 @@ def _episode_info(episode: _Episode) -> dict[str, Any]:
         "turns": tokens.turns,
         "finish_reasons": list(tokens.finish_reasons),
         "truncated_by": episode.truncated_by,
+        TASK_FIELDS: episode.task_fields,
     }
     for key in (REWARD_COMPONENTS, ANSWER, GOLD_ANSWERS, TOOL_CALLS):
         if key in last:
