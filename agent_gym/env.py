@@ -9,6 +9,7 @@ observation that says what was wrong, and a lower format score.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import numbers
 from collections.abc import Callable, Mapping, Sequence
@@ -182,8 +183,9 @@ class ToolEnv(gym.Env[str, str]):
     # ------------------------------------------------------------------------------------------ episode
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        chosen = self._task_for(options)  # first: a refused reset leaves the env, and its RNG, as they were
         super().reset(seed=seed)
-        self.task = self._task_for(options)
+        self.task = chosen if chosen is not None else self.tasks[int(self.np_random.integers(len(self.tasks)))]
         system = self._system_prompt()
         question = _clip(self.task.question, self.max_context_chars // 2)
         self._messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
@@ -213,8 +215,9 @@ class ToolEnv(gym.Env[str, str]):
 
     _RESET_OPTIONS = ("task_id", "task_index")
 
-    def _task_for(self, options: Mapping[str, Any] | None) -> Task:
-        """The task that ``reset``'s options pick, else one drawn with the env's seeded RNG."""
+    def _task_for(self, options: Mapping[str, Any] | None) -> Task | None:
+        """The task that ``reset``'s options pick; None when they pick none (one is then drawn with the env's
+        seeded RNG). Raises for options it cannot use."""
         if options is None:
             options = {}
         if not isinstance(options, Mapping):
@@ -234,7 +237,7 @@ class ToolEnv(gym.Env[str, str]):
                 raise InvalidValue(f"task_index must be an int (taken modulo the {len(self.tasks)} tasks), "
                                    f"got {index!r:.80}")
             return self.tasks[int(index) % len(self.tasks)]
-        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        return None
 
     def _system_prompt(self) -> str:
         return f"{self.instruction}\n\n{self.tool_format.instructions(self.tool_schemas)}"
@@ -527,3 +530,35 @@ def _with_text(result: ToolResult, text: str) -> ToolResult:
     if text == result.text:
         return result
     return ToolResult(text=text, ok=result.ok, reward=result.reward, metadata=result.metadata)
+
+
+def _repair_passive_env_checker() -> None:
+    """Let Gymnasium's ``PassiveEnvChecker`` (``gym.make`` puts it around every env) recover from a first reset
+    that raised.
+
+    It marks its first reset as checked before running it, and keeps that reset's result for the first step's
+    data-reuse check. When that reset raises (a refused option, as documented), the first step after any later
+    reset raised ``TypeError`` (unpacking None) from inside Gymnasium 1.4. Repaired: a first reset that raises
+    leaves the checker as it was, so the next reset is checked as the first. Every env's checker is repaired,
+    not only ours: the flaw is the checker's, and nothing changes unless a first reset raised.
+    """
+    checker = gym.wrappers.PassiveEnvChecker
+    checked_reset = checker.reset
+    if getattr(checked_reset, "_agent_gym_repaired", False):
+        return
+
+    @functools.wraps(checked_reset)
+    def reset(self: Any, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        first = not self.checked_reset
+        try:
+            return checked_reset(self, seed=seed, options=options)
+        except BaseException:
+            if first:
+                self.checked_reset = False
+            raise
+
+    reset._agent_gym_repaired = True  # type: ignore[attr-defined]
+    checker.reset = reset
+
+
+_repair_passive_env_checker()
