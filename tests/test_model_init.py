@@ -145,6 +145,25 @@ def test_load_model_and_tokenizer_pads_left_and_has_a_pad_token(tmp_path):
     assert tokenizer.eos_token == "<|im_end|>"
 
 
+def test_saved_weights_are_as_readable_as_the_config_beside_them(tmp_path):
+    out = init_model(CORPUS, tmp_path / "model", preset="tiny", vocab_size=512)
+    config_mode = (out / "config.json").stat().st_mode & 0o777
+    assert config_mode & 0o044  # the umask's usual 0644, readable by the group and others
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == config_mode
+
+
+def test_a_saved_lora_adapter_is_as_readable_as_its_config(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from agent_gym.models.model_init import save_model
+
+    adapter = get_peft_model(build_model("tiny", train_tokenizer(CORPUS, vocab_size=512)),
+                             LoraConfig(r=2, target_modules="all-linear"))
+    out = save_model(adapter, None, tmp_path / "adapter")
+    assert ((out / "adapter_model.safetensors").stat().st_mode & 0o777
+            == (out / "adapter_config.json").stat().st_mode & 0o777)
+
+
 def test_load_model_of_a_missing_path_says_how_to_build_one(tmp_path):
     with pytest.raises(ModelInitError, match="agent-gym model init"):
         load_model_and_tokenizer(tmp_path / "nothing-here")

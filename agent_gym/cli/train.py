@@ -147,7 +147,7 @@ def run_sft(ns: argparse.Namespace) -> int:
     import torch
 
     from agent_gym.evaluation import iter_episodes
-    from agent_gym.models.model_init import ModelInitError, load_model_and_tokenizer
+    from agent_gym.models.model_init import ModelInitError, load_model_and_tokenizer, save_model
     from agent_gym.models.pretrained import PretrainedModelError
     from agent_gym.policies import PolicyError, make_policy
     from agent_gym.trainers.checkpoint import CheckpointError, latest_checkpoint
@@ -196,8 +196,7 @@ def run_sft(ns: argparse.Namespace) -> int:
         clear_run_dir(out, RUN_FILES)  # only now: --model may be this very directory
     with user_errors(CheckpointError):
         losses = train_sft(model, tokenizer, examples, config, output_dir=out, drills=drills)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    save_model(model, tokenizer, out)  # weights as readable as their config
     mean_reward = sum(e.reward for e in episodes) / max(1, len(episodes))
     summary: dict[str, Any] = {
         "episodes": len(episodes),

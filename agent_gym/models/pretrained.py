@@ -151,10 +151,11 @@ def convert(spec: WheelModel, out_dir: Path) -> Path:
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
+        from agent_gym.models.model_init import save_model
+
         model, tokenizer = _load_gguf(spec, source)
         plain = _plain_copy(model)
-        plain.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+        save_model(plain, tokenizer, staging)
         provenance = {
             **asdict(spec),
             "wheel_version_installed": _installed_version(spec.wheel),
