@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from agent_gym.error import InvalidValue
-from agent_gym.trainers.batch import Advantages
+from agent_gym.trainers.batch import Advantages, TokenBatch
+from agent_gym.trainers.gigpo import AnchorState, find_turns
 from agent_gym.trainers.losses import masked_mean
 from agent_gym.trainers.trajectory import group_index
 
@@ -34,6 +35,7 @@ __all__ = [
     "advantage_token_mask",
     "discounted_returns",
     "gae_advantages",
+    "gigpo_advantages",
     "group_index",
     "grpo_advantages",
     "kl_penalized_rewards",
@@ -205,6 +207,42 @@ def reinforce_pp_advantages(
     return masked_whiten(returns, mask)
 
 
+def gigpo_advantages(
+    tokens: TokenBatch,
+    action_mask: torch.Tensor,
+    token_rewards: torch.Tensor | None = None,
+    step_weight: float = 1.0,
+    step_gamma: float = 0.95,
+    anchor_state: AnchorState = "observations",
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GiGPO (Feng et al. 2025, arXiv 2505.10978, Eq. 7-11): GRPO's episode advantage plus a step advantage.
+
+        A^E(tau_i)   = (R(tau_i) - mean_group(R)) / std_group(R)          GRPO, on every action token
+        R_t^(i)      = sum_{k >= t} gamma^(k-t) r_k^(i)                    return-to-go of turn t (turn rewards)
+        A^S(a_t^(i)) = (R_t^(i) - mean_anchor(R)) / std_anchor(R)          over the turns of the same anchor
+                                                                           state (gigpo.py), std unbiased
+        A            = A^E + omega * A^S                                   on the tokens of turn t
+    omega = ``step_weight`` (1 in GiGPO), gamma = ``step_gamma`` (0.95, GiGPO's runs). An anchor group of one
+    turn, or of equal returns, gives A^S = 0, as GRPO gives a singleton group. ``token_rewards`` default to
+    ``tokens.token_rewards``; a turn's reward is the sum over its span (its tokens and the env reply after it).
+    """
+    rewards = tokens.token_rewards if token_rewards is None else token_rewards
+    episode = grpo_advantages(tokens.episode_returns, tokens.group_index, action_mask, eps=eps)
+    turns = find_turns(
+        tokens.input_ids, tokens.model_token_mask, tokens.attention_mask, tokens.prompt_lengths, rewards,
+        tokens.group_index, anchor_state,
+    )
+    if turns.count == 0:
+        return episode
+    step = grpo_advantages(turns.returns(step_gamma), turns.anchor, torch.ones(turns.count, 1), eps=eps)[:, 0]
+    step_tokens = torch.zeros_like(episode)
+    for index in range(turns.count):  # broadcast each turn's A^S over its span
+        row, start, end = int(turns.row[index]), int(turns.start[index]), int(turns.end[index])
+        step_tokens[row, start:end] = float(step[index])
+    return episode + step_weight * step_tokens * action_mask.to(episode.dtype)
+
+
 # ---------------------------------------------------------------------------------------------- the table
 
 
@@ -220,6 +258,9 @@ class EstimatorInputs:
         action_mask: ``[B, T]`` the tokens that get an advantage (see the module docstring).
         values: ``[B, T]`` critic values (PPO); None without a critic.
         gamma, lam: discount and GAE lambda over action tokens.
+        tokens: the batch itself, for estimators that read its tokens (GiGPO's anchor states).
+        step_weight, step_gamma, anchor_state: GiGPO's omega, its turn-level discount, and what a state is
+            (see `gigpo_advantages` and gigpo.py).
     """
 
     token_rewards: torch.Tensor
@@ -229,6 +270,10 @@ class EstimatorInputs:
     values: torch.Tensor | None = None
     gamma: float = 1.0
     lam: float = 1.0
+    tokens: TokenBatch | None = None
+    step_weight: float = 1.0
+    step_gamma: float = 0.95
+    anchor_state: AnchorState = "observations"
 
 
 def _grpo(x: EstimatorInputs) -> Advantages:
@@ -260,6 +305,15 @@ def _ppo(x: EstimatorInputs) -> Advantages:
     return Advantages(advantages, x.action_mask, returns)
 
 
+def _gigpo(x: EstimatorInputs) -> Advantages:
+    if x.tokens is None:
+        raise InvalidValue("gigpo needs the batch's tokens (EstimatorInputs.tokens) to find its anchor states")
+    advantages = gigpo_advantages(
+        x.tokens, x.action_mask, x.token_rewards, x.step_weight, x.step_gamma, x.anchor_state
+    )
+    return Advantages(advantages, x.action_mask)
+
+
 @dataclass(frozen=True)
 class Estimator:
     """An advantage estimator and what it needs, so the config and the trainer read it here, not from a list.
@@ -282,9 +336,11 @@ class Estimator:
 
 
 #: algo name -> estimator. Agent-R1 compares PPO, GRPO, REINFORCE++ and RLOO; dr_grpo and
-#: reinforce_pp_baseline are the variants described in grpo_advantages and reinforce_pp_advantages.
+#: reinforce_pp_baseline are the variants described in grpo_advantages and reinforce_pp_advantages; gigpo adds
+#: step-level credit to GRPO (gigpo_advantages; verl-agent's and Agent-R1's current releases have it).
 ESTIMATORS: dict[str, Estimator] = {
     "grpo": Estimator(_grpo, needs_groups=True, reads_token_rewards=False),
+    "gigpo": Estimator(_gigpo, needs_groups=True),
     "dr_grpo": Estimator(_dr_grpo, needs_groups=True, reads_token_rewards=False),
     "ppo": Estimator(_ppo, needs_critic=True),
     "reinforce_pp": Estimator(_reinforce_pp),

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from agent_gym.error import AgentGymError
 from agent_gym.models.threads import DEFAULT_TORCH_THREADS
 from agent_gym.trainers.algorithms import ESTIMATORS
+from agent_gym.trainers.gigpo import ANCHOR_STATES
 from agent_gym.trainers.losses import AGGREGATIONS, KL_ESTIMATORS
 
 __all__ = ["ConfigError", "TrainConfig"]
@@ -131,6 +132,47 @@ class TrainConfig:
     gamma: float = field(default=1.0, metadata=_help("Discount over action tokens (verl default 1.0)."))
     lam: float = field(default=1.0, metadata=_help("GAE lambda (verl default 1.0)."))
 
+    # --- which groups train, and with what weight (issue 25: GRPO learns only from groups that disagree) ---
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata=_help(
+            "DAPO's dynamic sampling: drop groups whose episodes all got the same return and roll out more "
+            "tasks until tasks_per_step informative groups are in hand, within max_sampling_rounds rollouts; "
+            "logs charts/informative_groups (the share of groups kept) and charts/sampling_rounds."
+        ),
+    )
+    max_sampling_rounds: int = field(
+        default=4,
+        metadata=_help(
+            "Rollouts of tasks_per_step tasks a step may play to fill its batch with dynamic sampling (verl's "
+            "DAPO recipe allows 10; each round costs a full rollout). A step that ends short trains on the "
+            "informative groups it found."
+        ),
+    )
+    balance_by: str = field(
+        default="",
+        metadata=_help(
+            "A task field (from the env's reset info['task_fields'], e.g. hops or kind for SynthHop) whose "
+            "values get equal total weight in the loss among the informative groups; logs "
+            "charts/informative_groups/<value>. Empty: no balance."
+        ),
+    )
+    gigpo_step_weight: float = field(
+        default=1.0,
+        metadata=_help("GiGPO's omega: the weight of the step-level advantage added to GRPO's (1 in GiGPO)."),
+    )
+    gigpo_gamma: float = field(
+        default=0.95,
+        metadata=_help("GiGPO's discount of later turns' rewards in a turn's return (0.95 in GiGPO's runs)."),
+    )
+    gigpo_anchor_state: Literal["observations", "context"] = field(
+        default="observations",
+        metadata=_help(
+            "What makes two turns' states the same for GiGPO's anchor groups: observations (the prompt and the "
+            "env's replies so far, GiGPO's env state) or context (every token so far, the agent's own included)."
+        ),
+    )
+
     # --- loss ---
     clip_low: float = field(default=0.2, metadata=_help("Lower PPO clip range, 1 - eps (PPO paper 0.2)."))
     clip_high: float = field(
@@ -206,6 +248,18 @@ class TrainConfig:
     )
     critic_lr: float = field(
         default=1e-5, metadata=_help("Critic AdamW learning rate (verl critic lr 1e-5).")
+    )
+    critic: Literal["full", "lora"] = field(
+        default="full",
+        metadata=_help(
+            "PPO's critic: full (a copy of the policy's body, all weights trained: Agent-R1/verl) or lora (a "
+            "LoRA adapter and value head on the policy's own weights, shared, not copied; the critic loss "
+            "reaches neither the base nor the policy's adapter). lora holds critic_lora_rank-sized adapters "
+            "instead of a second model."
+        ),
+    )
+    critic_lora_rank: int = field(
+        default=16, metadata=_help("Rank of the lora critic's adapters (alpha = 2 x rank, as lora_alpha's default).")
     )
     weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay (verl default 0.01)."))
     lr_schedule: Literal["constant", "cosine"] = field(
@@ -361,7 +415,8 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise `ConfigError` naming the first invalid field."""
-        choices = {"algo": tuple(ESTIMATORS), "aggregation": AGGREGATIONS, "kl_estimator": KL_ESTIMATORS}
+        choices = {"algo": tuple(ESTIMATORS), "aggregation": AGGREGATIONS, "kl_estimator": KL_ESTIMATORS,
+                   "gigpo_anchor_state": ANCHOR_STATES, "critic": ("full", "lora")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name}={getattr(self, name)!r} is not one of {', '.join(allowed)}")
@@ -432,6 +487,22 @@ class TrainConfig:
             raise ConfigError(
                 f"env_workers={self.env_workers} exceeds the {self.rollout_batch_size} envs of a rollout batch "
                 "(tasks_per_step * group_size); use fewer workers"
+            )
+        if self.max_sampling_rounds < 1 or self.critic_lora_rank < 1:
+            raise ConfigError(
+                f"max_sampling_rounds and critic_lora_rank must be >= 1, got {self.max_sampling_rounds}, "
+                f"{self.critic_lora_rank}"
+            )
+        if (self.dynamic_sampling or self.balance_by) and self.group_size < 2:
+            raise ConfigError(
+                "dynamic_sampling and balance_by compare the episodes of a group: group_size must be >= 2"
+            )
+        if not 0 <= self.gigpo_gamma <= 1:
+            raise ConfigError(f"gigpo_gamma must be in [0, 1], got {self.gigpo_gamma}")
+        if self.critic == "lora" and self.gradient_checkpointing and estimator.needs_critic:
+            raise ConfigError(
+                "critic=lora shares the policy's layers, which gradient checkpointing would recompute without the "
+                "critic's adapters; use critic=full, or drop gradient_checkpointing"
             )
         if self.keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")

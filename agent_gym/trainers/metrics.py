@@ -24,6 +24,8 @@ F1 = "charts/f1"
 TURNS = "charts/turns"  # model turns per episode
 TOOL_CALL_VALIDITY = "charts/tool_call_validity"  # valid calls over all calls (agent_gym.episode_summary)
 RESPONSE_LENGTH = "charts/response_length"  # model tokens per episode (env tokens excluded)
+INFORMATIVE_GROUPS = "charts/informative_groups"  # groups whose returns differ, over groups sampled; + "/<kind>"
+SAMPLING_ROUNDS = "charts/sampling_rounds"  # rollouts a step played to fill its batch (dynamic sampling)
 # --- losses and optimisation ---
 POLICY_LOSS = "losses/policy_loss"
 VALUE_LOSS = "losses/value_loss"

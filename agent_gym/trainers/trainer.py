@@ -1,16 +1,21 @@
 """The RL training loop: rollouts -> advantages -> clipped policy (and critic) updates, with eval and resume.
 
 One step (DESIGN §7), each stage building the next frozen record of batch.py:
-  1. the task sampler picks ``tasks_per_step`` tasks; the collector plays ``group_size`` episodes of each;
+  1. the task sampler picks ``tasks_per_step`` tasks; the collector plays ``group_size`` episodes of each
+     (with ``dynamic_sampling``, groups whose returns are all equal are dropped and more tasks are played, up
+     to ``max_sampling_rounds`` rollouts: dynamic_sampling.py);
   2. ``collate`` pads the trajectories into a ``TokenBatch`` (``[B, T]`` tensors; ``model_token_mask`` marks
      the tokens the policy sampled);
   3. ``score`` runs the policy (the PPO "old" log-probs), the reference model and the critic on it, without
      gradients: a ``ScoredBatch``;
-  4. ``ESTIMATORS[config.algo]`` turns token rewards into ``Advantages`` (algorithms.py);
+  4. ``ESTIMATORS[config.algo]`` turns token rewards into ``Advantages`` (algorithms.py; ``gigpo`` adds
+     step-level credit from anchor states, gigpo.py); with ``balance_by`` each task kind gets the same weight
+     among the informative groups (kind_balance.py);
   5. ``ppo_epochs`` x ``num_mini_batches`` AdamW steps on the clipped surrogate, each mini-batch split into
      micro-batches with gradient accumulation (losses.py).
 
-Critic (PPO only): a separate model with its own AdamW (critic.py says why).
+Critic (PPO only): a separate model with its own AdamW (critic.py says why), or with ``critic="lora"`` a LoRA
+adapter and value head on the policy's own weights, which the critic loss never reaches.
 
 The trainer never imports a concrete env: it builds envs with ``gymnasium.make(config.env_id, ...)``.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import inspect
 import random
 import time
@@ -52,7 +58,14 @@ from agent_gym.trainers.checkpoint import (
     trainable_state_dict,
 )
 from agent_gym.trainers.config import ConfigError, TrainConfig
-from agent_gym.trainers.critic import CRITIC_FILE, ValueModel
+from agent_gym.trainers.critic import CRITIC_FILE, LoraValueModel, ValueModel, critic_from_policy
+from agent_gym.trainers.dynamic_sampling import fill_with_informative_groups, round_seed
+from agent_gym.trainers.kind_balance import (
+    balance_weights,
+    informative_share_by_kind,
+    row_loss_weights,
+    task_kinds,
+)
 from agent_gym.trainers.losses import (
     aggregate,
     aggregation_normalizer,
@@ -69,7 +82,7 @@ from agent_gym.trainers.packed_forward import packed_logprobs
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 from agent_gym.trainers.run_dir import check_run_dir, clear_run_dir
 from agent_gym.trainers.task_sampler import TaskSampler
-from agent_gym.trainers.trajectory import collate
+from agent_gym.trainers.trajectory import Trajectory, collate
 
 __all__ = ["TaskSampler", "Trainer", "ValueModel"]
 
@@ -141,8 +154,8 @@ class Trainer:
         self.reference: torch.nn.Module | None = None
         if needs_reference and config.lora_rank == 0 and not config.adapter:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
-        self.critic: ValueModel | None = None
-        if ESTIMATORS[config.algo].needs_critic:
+        self.critic: ValueModel | LoraValueModel | None = None
+        if ESTIMATORS[config.algo].needs_critic and config.critic == "full":  # a copy of the plain body
             self.critic = ValueModel.from_policy(model).to(self.device)
         # A LoRA policy samples through a plain copy with the adapters merged in (lora_weights.py): the fast
         # decoder and its prefix cache need plain linear layers, and peft's extra matmuls slow every token.
@@ -155,6 +168,10 @@ class Trainer:
             self.model = load_adapter(model, config.adapter, trainable=True)
         else:
             self.model = self._apply_lora(model) if config.lora_rank > 0 else model
+        if ESTIMATORS[config.algo].needs_critic and config.critic == "lora":
+            # On the policy as it trains (its adapter included), built after every copy of the model above, so
+            # no copy carries the critic's hooks.
+            self.critic = critic_from_policy(self.model, "lora", config.critic_lora_rank).to(self.device)
 
         optimizer_steps = max(1, config.total_steps * config.ppo_epochs * config.num_mini_batches)
         schedule = lr_lambda(warmup_steps=config.warmup_steps, total_steps=optimizer_steps, decay=config.lr_schedule)
@@ -398,8 +415,14 @@ class Trainer:
         with self.model.disable_adapter():  # LoRA: the base weights are the reference
             return self._forward_logprobs(self.model, micro)
 
-    def compute_advantages(self, batch: TokenBatch, scored: ScoredBatch) -> Advantages:
-        """The advantages of ``config.algo`` (and PPO's critic targets), from ``ESTIMATORS``."""
+    def compute_advantages(
+        self, batch: TokenBatch, scored: ScoredBatch, kinds: Sequence[str] | None = None
+    ) -> Advantages:
+        """The advantages of ``config.algo`` (and PPO's critic targets), from ``ESTIMATORS``.
+
+        With ``config.balance_by``, ``kinds`` holds each row's value of that task field, and the informative
+        rows' advantages are scaled so that every kind holds the same weight in the loss (kind_balance.py).
+        """
         config = self.config
         action_mask = advantage_token_mask(batch.model_token_mask, batch.response_mask, config.use_advantage_mask)
         rewards = batch.token_rewards
@@ -416,8 +439,17 @@ class Trainer:
             values=scored.values,
             gamma=config.gamma,
             lam=config.lam,
+            tokens=batch,
+            step_weight=config.gigpo_step_weight,
+            step_gamma=config.gigpo_gamma,
+            anchor_state=config.gigpo_anchor_state,
         )
-        return ESTIMATORS[config.algo](inputs)
+        targets = ESTIMATORS[config.algo](inputs)
+        if config.balance_by and kinds is not None:
+            row_weights = row_loss_weights(self._loss_token_mask(batch), config.aggregation)
+            scale = balance_weights(kinds, batch.episode_returns, batch.group_index, row_weights)
+            targets = dataclasses.replace(targets, advantages=targets.advantages * scale.to(self.device)[:, None])
+        return targets
 
     # ------------------------------------------------------------------------------------------ update
 
@@ -536,25 +568,37 @@ class Trainer:
     # ------------------------------------------------------------------------------------------ loop
 
     def train_step(self) -> dict[str, float]:
-        """One rollout batch and its update; returns the step's metrics."""
+        """One rollout batch and its update; returns the step's metrics.
+
+        With ``config.dynamic_sampling`` the batch is refilled with more tasks until it holds
+        ``tasks_per_step`` groups whose returns differ (dynamic_sampling.py); the episode metrics are over every
+        episode played, the update over the groups kept.
+        """
         config = self.config
         started = time.perf_counter()
-        specs = self.sampler.draw(config.tasks_per_step)
         dropped_before = self.collector.dropped_episodes
-        trajectories = self.collector.collect(
-            specs, config.group_size, greedy=False, seed=config.seed * 1_000_003 + self.step
-        )
+        step_seed = config.seed * 1_000_003 + self.step
+
+        def collect_round(round_index: int) -> list[Trajectory]:
+            specs = self.sampler.draw(config.tasks_per_step)
+            seed = round_seed(step_seed, round_index)
+            return self.collector.collect(specs, config.group_size, greedy=False, seed=seed)
+
+        rounds = config.max_sampling_rounds if config.dynamic_sampling else 1
+        sampled = fill_with_informative_groups(collect_round, config.tasks_per_step, rounds)
+        trajectories = sampled.trajectories if config.dynamic_sampling else sampled.sampled
         if not trajectories:
             raise RuntimeError("the rollout collector returned no trajectories")
         rollout_s = time.perf_counter() - started
         batch = collate(trajectories, self.pad_id).to(self.device)
         scored = self.score(batch)
-        targets = self.compute_advantages(batch, scored)
+        kinds = task_kinds(trajectories, config.balance_by) if config.balance_by else None
+        targets = self.compute_advantages(batch, scored, kinds)
         stats = self._update(UpdateBatch(batch, scored, targets))
         self.step += 1
         elapsed = time.perf_counter() - started
         metrics = {
-            **episode_metrics(trajectories),
+            **episode_metrics(sampled.sampled),
             **stats,
             m.ADVANTAGE_MEAN: float(masked_mean(targets.advantages, targets.action_mask)),
             m.LEARNING_RATE: self.scheduler.get_last_lr()[0],
@@ -563,6 +607,13 @@ class Trainer:
             m.UPDATE_TIME: elapsed - rollout_s,
             m.DROPPED_EPISODES: float(self.collector.dropped_episodes - dropped_before),
         }
+        if config.group_size > 1:  # the share of groups that carry a contrast (GRPO learns from those only)
+            metrics[m.INFORMATIVE_GROUPS] = sampled.informative_share
+        if config.dynamic_sampling:
+            metrics[m.SAMPLING_ROUNDS] = float(sampled.rounds)
+        if config.balance_by:
+            for kind, share in informative_share_by_kind(sampled.sampled, config.balance_by).items():
+                metrics[f"{m.INFORMATIVE_GROUPS}/{kind}"] = share
         self.backend.sync_weights(self.model)
         return metrics
 
