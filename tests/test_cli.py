@@ -165,6 +165,18 @@ def test_top_level_help_shows_the_command_argument_and_every_command(capsys: pyt
     assert "index build" in out and "model init" in out
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["data", "--help"], ["model", "--help"]])
+def test_help_aligns_every_command_description_in_one_column(capsys: pytest.CaptureFixture[str],
+                                                             argv: list[str]) -> None:
+    from agent_gym.cli import COMMANDS
+
+    assert main(argv) == 0
+    listing = capsys.readouterr().out.split("commands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    helps = {help_ for help_, _, _ in COMMANDS.values()}
+    columns = {line.index(help_) for line in listing for help_ in helps if line.endswith(help_)}
+    assert len(listing) > 1 and len(columns) == 1, listing
+
+
 def test_train_help_cites_nothing_a_user_does_not_have(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["train", "--help"])

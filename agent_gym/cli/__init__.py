@@ -79,8 +79,10 @@ def parse_env_kwargs(pairs: Sequence[str] | None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- main
 
 
-def _command_list(names: dict[str, str], width: int) -> str:
-    return "\n".join(f"  {name:<{width}} {help_}" for name, help_ in names.items())
+def _command_list(names: dict[str, str]) -> str:
+    """One line per command, the descriptions aligned after the longest name (``data export-verl``)."""
+    width = max(map(len, names))
+    return "\n".join(f"  {name:<{width}}  {help_}" for name, help_ in names.items())
 
 
 def _build_parser(command: str | None) -> argparse.ArgumentParser:
@@ -89,7 +91,7 @@ def _build_parser(command: str | None) -> argparse.ArgumentParser:
         usage="%(prog)s [-h] COMMAND ...",
         description="Gymnasium environments and an RL trainer for tool-using LLM agents (Agent-R1).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="commands:\n" + _command_list({name: help_ for name, (help_, _, _) in COMMANDS.items()}, 12)
+        epilog="commands:\n" + _command_list({name: help_ for name, (help_, _, _) in COMMANDS.items()})
         + "\n\n'agent-gym COMMAND --help' describes a command's options.",
     )
     if command is not None:
@@ -112,7 +114,7 @@ def _group_parser(group: str) -> argparse.ArgumentParser:
         usage=f"%(prog)s [-h] {{{','.join(commands)}}} ...",
         description=GROUPS[group],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="commands:\n" + _command_list(commands, 8)
+        epilog="commands:\n" + _command_list(commands)
         + f"\n\n'agent-gym {group} COMMAND --help' describes a command's options.",
     )
 
