@@ -164,6 +164,7 @@ class ToolEnv(gym.Env[str, str]):
         self.summarizer = summarizer
         self.instruction = instruction
         self.render_mode = render_mode
+        self._human_shown: str | None = None  # the text human mode printed last
         self.tool_schemas = [item.schema() for item in self.tools.values()]
         system_chars = len(self._system_prompt())
         if max_context_chars <= system_chars:
@@ -469,7 +470,11 @@ class ToolEnv(gym.Env[str, str]):
         lines = [f"[{message['role']}] {message.get('content')}" for message in self._messages[-3:]]
         text = "\n".join(lines)
         if self.render_mode == "human":
-            print(text)
+            # reset and step already print; a render() right after them (Gymnasium's checker calls one) does not
+            # print the same screen again
+            if text != self._human_shown:
+                print(text)
+                self._human_shown = text
             return None
         return text
 

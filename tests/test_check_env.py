@@ -88,3 +88,21 @@ def test_check_env_passes_with_the_summarize_context_policy() -> None:
         steps = [env.step(search) for _ in range(3)]
     env.close()
     assert [step[4]["context_rewritten"] for step in steps] == [False, True, True]
+
+
+def test_check_env_prints_the_prompt_once(capsys: pytest.CaptureFixture[str]) -> None:
+    env = gym.make("AgentR1-Calculator-v0", num_questions=5)
+    check_env(env.unwrapped)
+    env.close()
+    assert capsys.readouterr().out.count("[user] ") == 1
+
+
+def test_human_render_prints_each_new_screen_once(capsys: pytest.CaptureFixture[str]) -> None:
+    env = gym.make("AgentR1-Calculator-v0", num_questions=5, render_mode="human")
+    env.reset(seed=0)
+    env.render()
+    first = capsys.readouterr().out
+    env.step("not a tool call")
+    second = capsys.readouterr().out
+    env.close()
+    assert first.count("[user] ") == 1 and "[assistant] not a tool call" in second
