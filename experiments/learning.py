@@ -505,10 +505,9 @@ def plot_copy_curve(run_dir: Path, png: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(arg == "--model" or arg.startswith("--model=") for arg in argv):  # a real pretrained model: issue 18
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        import real_model
-
-        return real_model.main(argv)
+        # run as a script, not imported: real_model.py imports this module's helpers, and imports go one way
+        script = Path(__file__).resolve().with_name("real_model.py")
+        return subprocess.run([sys.executable, str(script), *argv], check=False).returncode
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/learning", help="experiment directory")
     parser.add_argument("--only", choices=sorted(GROUPS), default="all", help="core: GRPO and PPO only")

@@ -95,15 +95,15 @@ def sft(args: argparse.Namespace, share: int, timings: Timings) -> Path:
     return out_dir
 
 
-def measure(model: Any, tokenizer: Any, key: str, questions: int, dtype_note: str) -> dict[str, Any]:
-    """One measure of MEASURES on the first ``questions`` held-out questions (batched, 32 envs)."""
+def play_groups(model: Any, tokenizer: Any, env_kwargs: Mapping[str, Any], questions: int, temperature: float,
+                seed: int, samples: int = 1) -> dict[str, Any]:
+    """``samples`` episodes of each of the first ``questions`` tasks of an env (batched, 32 envs; greedy at
+    temperature 0): `group_stats` plus mean F1 and turns."""
     from agent_gym.make import make_env
     from agent_gym.trainers.backends import TransformersBackend
     from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
-    temperature, hops, seed, samples = MEASURES[key]
-    env_kwargs = {**HELD_OUT, "hops": hops}
-    envs = [make_env(ENV_ID, env_kwargs) for _ in range(min(32, questions * samples))]
+    envs = [make_env(ENV_ID, dict(env_kwargs)) for _ in range(min(32, questions * samples))]
     config = RolloutConfig(max_new_tokens=MAX_NEW_TOKENS, max_context_tokens=2048, temperature=temperature or 1.0,
                            show_progress=False)
     collector = RolloutCollector(envs, TransformersBackend(model, tokenizer), tokenizer, config)
@@ -117,6 +117,13 @@ def measure(model: Any, tokenizer: Any, key: str, questions: int, dtype_note: st
     result = group_stats(successes, [int(t.info["episode_tool_calls"]) for t in firsts])
     result["f1"] = statistics.mean(float(t.info.get("f1", 0.0)) for t in firsts)
     result["turns"] = statistics.mean(float(t.info["turns"]) for t in firsts)
+    return result
+
+
+def measure(model: Any, tokenizer: Any, key: str, questions: int, dtype_note: str) -> dict[str, Any]:
+    """One measure of MEASURES on the first ``questions`` held-out questions."""
+    temperature, hops, seed, samples = MEASURES[key]
+    result = play_groups(model, tokenizer, {**HELD_OUT, "hops": hops}, questions, temperature, seed, samples)
     result.update(temperature=temperature, hops=hops, seed=seed, dtype=dtype_note)
     return result
 

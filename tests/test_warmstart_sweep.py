@@ -46,3 +46,28 @@ def test_every_share_cycles_its_hop_list_to_the_named_share_of_two_hop_questions
         assert 100 * hops.count(2) / len(hops) == share
     assert sweep.HELD_OUT["world_seed"] not in (0, sweep.TRAIN_ENV["world_seed"])
     assert sweep.HELD_OUT["split"] == "test"
+
+
+def test_rl_campaign_chunks_land_on_every_curve_point_and_publication_and_the_last_step() -> None:
+    import rl_campaign
+
+    done, stops = 0, []
+    while done < 52:
+        done, curve_due, publish_due = rl_campaign.next_chunk(done, steps=52, chunk=5)
+        stops.append((done, curve_due, publish_due))
+    assert [s for s, curve, _ in stops if curve] == [10, 20, 30, 40, 50, 52]
+    assert [s for s, _, publish in stops if publish] == [25, 50, 52]
+    assert rl_campaign.next_chunk(7, steps=52, chunk=5)[0] == 10  # a run resumed mid-chunk stops on the grid
+
+
+def test_rl_campaign_counts_steps_from_the_metrics_and_reads_a_committed_run(tmp_path: Path, monkeypatch) -> None:
+    import rl_campaign
+
+    assert rl_campaign.steps_done(tmp_path) == 0
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n\n{"step": 3}\n')
+    assert rl_campaign.steps_done(tmp_path) == 3
+    monkeypatch.setattr(rl_campaign, "CHECKPOINTS", tmp_path)
+    assert rl_campaign.repo_start("grpo", 0) is None
+    (tmp_path / "rl-grpo-s0").mkdir()
+    (tmp_path / "rl-grpo-s0" / "progress.json").write_text('{"step": 25, "run": "grpo-s0"}')
+    assert rl_campaign.repo_start("grpo", 0) == (tmp_path / "rl-grpo-s0", 25)

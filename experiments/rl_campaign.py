@@ -1,0 +1,403 @@
+"""RL teaches the agent when to search again (issue 25): GRPO, PPO and their kin on the 1/2-hop mix, from the warm
+start that the sweep chose (experiments/warmstart_sweep.py), with curves and held-out evals that outlive a sitting.
+
+    python experiments/rl_campaign.py --recipes grpo --seeds 0 --steps 50        # the probe: one seed first
+    python experiments/rl_campaign.py --recipes grpo ppo --seeds 0 1 2 --steps 100 --parallel 2
+    python experiments/rl_campaign.py --recipes grpo ppo --summarize             # records, table, curves only
+
+Every run trains in chunks of ``--chunk`` steps (each chunk resumes the run's own checkpoint, so a killed run loses
+at most a chunk). After every 10 steps the run's adapter is played on world 7's test split (``--curve-questions``
+questions of each hop count, greedy): the curve of held-out EM and of the second-search rate on each hop count.
+After every 25 steps and at the end, the adapter (bf16) and the run's metrics go to
+experiments/checkpoints/rl-RUN (replacing the previous ones), so a new machine continues from the repository
+(``--from-repo``: the committed adapter becomes the start, with a fresh optimizer, and the steps count on).
+Finished runs get the final evals: world 7 (the curves' world) and world 1, ``--eval-questions`` of each hop count,
+greedy and sampled. Records go to docs/results/learning.json (one per run), the table to docs/results/rl_table.md,
+the curves to docs/results/rl_curves.png.
+
+Training is world 0's train split, hops cycling 1, 2 (the mix), dense or sparse reward per recipe; every process
+runs one torch thread, ``--parallel`` runs at a time (two on the 2-core machine, and nothing else beside them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning import ENV_ID, ROOT, Timings, Variant, _agent_gym, _run, fresh_flags  # noqa: E402
+from real_model import MAX_NEW_TOKENS, MODEL, TRAIN_ENV, publish_adapter  # noqa: E402
+from warmstart_sweep import HELD_OUT, play_groups, warm_name  # noqa: E402
+
+MIX_TRAIN = {**TRAIN_ENV, "hops": [1, 2]}
+CURVE_WORLD = HELD_OUT  # world 7, test split
+SECOND_WORLD = {**HELD_OUT, "world_seed": 1}
+CHECKPOINTS = ROOT / "experiments" / "checkpoints"
+CURVE_EVERY, PUBLISH_EVERY = 10, 25
+
+RECIPES = {
+    v.name: v
+    for v in (
+        Variant("grpo", "GRPO", "grpo"),
+        Variant("ppo", "PPO", "ppo", flags=("--critic-lr", "1e-4")),
+        Variant("grpo_dense", "GRPO, dense reward", "grpo", reward="dense"),
+        Variant("ppo_dense", "PPO, dense reward", "ppo", ("--critic-lr", "1e-4"), reward="dense"),
+        Variant("reinforce_pp", "REINFORCE++", "reinforce_pp"),
+        Variant("rloo", "RLOO", "rloo"),
+        Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", flags=("--no-use-loss-mask",),
+                ablation="loss mask off"),
+        Variant("ppo_no_advantage_mask", "PPO, advantage mask off", "ppo",
+                flags=("--critic-lr", "1e-4", "--no-use-advantage-mask"), ablation="advantage mask off"),
+    )
+}
+
+
+def chosen_warm_start(args: argparse.Namespace) -> tuple[str, Path]:
+    """The sweep's choice (its OUT/chosen.json, else the published docs/results/warmstart_sweep.json) and its
+    adapter (the sweep's run directory, else the committed bf16 copy)."""
+    if args.warm:
+        return Path(args.warm).name, Path(args.warm)
+    local = Path(args.sweep_out) / "chosen.json"
+    published = ROOT / "docs" / "results" / "warmstart_sweep.json"
+    source = local if local.is_file() else published
+    chosen = json.loads(source.read_text()).get("chosen") if source.is_file() else None
+    if chosen is None:
+        raise SystemExit("the warm-start sweep has not chosen yet: run experiments/warmstart_sweep.py to the end, "
+                         "or pass --warm ADAPTER_DIR")
+    for candidate in (Path(args.sweep_out) / warm_name(chosen), CHECKPOINTS / f"sweep-{warm_name(chosen)}"):
+        if (candidate / "adapter_config.json").is_file():
+            return warm_name(chosen), candidate
+    raise SystemExit(f"no adapter of the chosen warm start {warm_name(chosen)} here or in {CHECKPOINTS}")
+
+
+def run_name(recipe: str, seed: int) -> str:
+    return f"{recipe}-s{seed}"
+
+
+def run_dir(args: argparse.Namespace, recipe: str, seed: int) -> Path:
+    return Path(args.out) / "rl" / run_name(recipe, seed)
+
+
+def steps_done(directory: Path) -> int:
+    """The last step the run's metrics record (0 for a run not started)."""
+    path = directory / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    steps = [json.loads(line).get("step", 0) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return int(max(steps, default=0))
+
+
+def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: int, total_steps: int,
+                  directory: Path) -> list[str]:
+    return _agent_gym(
+        "train", "--env", ENV_ID, "--model", args.model, "--adapter", str(start), "--dtype", "auto",
+        "--env-kwargs", json.dumps({**MIX_TRAIN, "reward": recipe.reward}),
+        "--eval-env-kwargs", json.dumps({**CURVE_WORLD, "hops": [1, 2], "reward": recipe.reward}),
+        "--algo", recipe.algo, *recipe.flags,
+        "--seed", str(seed), "--total-steps", str(total_steps),
+        "--tasks-per-step", str(args.tasks_per_step), "--group-size", str(args.group_size),
+        "--lr", str(args.lr), "--temperature", "1.0", "--max-new-tokens", str(MAX_NEW_TOKENS),
+        "--max-context-tokens", "2048", "--micro-batch-size", str(args.micro_batch_size),
+        "--kl-coef", "0",  # no reference model: verl's 0.001 is negligible here and costs a forward pass
+        "--eval-every", "0",  # the curves are played by this script, split by hop count
+        "--save-every", str(args.chunk), "--keep-checkpoints", "2", "--torch-threads", "1",
+        "--output-dir", str(directory), *fresh_flags(directory), "--no-show-progress", "--no-tensorboard",
+    )
+
+
+# ---------------------------------------------------------------------------------------------- measures
+
+
+def measure_adapter(adapter: Path, env_kwargs: dict[str, Any], questions: int, temperature: float, seed: int
+                    ) -> dict[str, Any]:
+    """Play an adapter in a child process (one thread): a model per process, and nothing left in the driver."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--measure", str(adapter), json.dumps(env_kwargs),
+               str(questions), str(temperature), str(seed)]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"measuring {adapter} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _measure_main(adapter: str, env_json: str, questions: str, temperature: str, seed: str) -> int:
+    import torch
+
+    from agent_gym.models.model_init import load_model_and_tokenizer
+    from agent_gym.models.precision import resolve_dtype
+
+    torch.set_num_threads(1)
+    model, tokenizer = load_model_and_tokenizer(adapter, dtype=resolve_dtype("auto"))
+    result = play_groups(model, tokenizer, json.loads(env_json), int(questions), float(temperature), int(seed))
+    print(json.dumps(result))
+    return 0
+
+
+def curve_point(args: argparse.Namespace, path: Path, adapter: Path, step: int) -> dict[str, Any]:
+    """Held-out greedy EM and second-search rate of an adapter at ``step``, each hop count (cached in ``path``)."""
+    curve: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    if str(step) not in curve:
+        point = {}
+        for hops in (1, 2):
+            played = measure_adapter(adapter, {**CURVE_WORLD, "hops": hops}, args.curve_questions, 0.0, 0)
+            point[f"{hops}hop"] = {"em": played["em"], "multihop": played["multihop"], "f1": played["f1"]}
+        point["mix_em"] = (point["1hop"]["em"] + point["2hop"]["em"]) / 2
+        curve[str(step)] = point
+        _write_json(path, curve)
+        print(f"{path.parent.name} step {step}: {json.dumps(point)}", flush=True)
+    return curve[str(step)]
+
+
+FINAL_MEASURES = {  # key: (world, hops, temperature, seed)
+    "greedy_1hop": (CURVE_WORLD, 1, 0.0, 0), "greedy_2hop": (CURVE_WORLD, 2, 0.0, 0),
+    "sampled_1hop": (CURVE_WORLD, 1, 1.0, 1), "sampled_2hop": (CURVE_WORLD, 2, 1.0, 1),
+    "world1_greedy_1hop": (SECOND_WORLD, 1, 0.0, 0), "world1_greedy_2hop": (SECOND_WORLD, 2, 0.0, 0),
+}
+
+
+def final_eval(args: argparse.Namespace, adapter: Path, path: Path) -> dict[str, Any]:
+    """The final held-out measures of an adapter (a run's, or the warm start's), cached in ``path``."""
+    result: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    for key, (world, hops, temperature, seed) in FINAL_MEASURES.items():
+        if key not in result:
+            result[key] = measure_adapter(adapter, {**world, "hops": hops}, args.eval_questions, temperature, seed)
+            _write_json(path, result)
+            print(f"{path.parent.name} {key}: {json.dumps(result[key])}", flush=True)
+    return result
+
+
+def ems(evaluation: dict[str, Any]) -> dict[str, float]:
+    """The record's EM block: greedy (= greedy_mix), sampled (mix), each hop count, and world 1's mix."""
+    mix = (evaluation["greedy_1hop"]["em"] + evaluation["greedy_2hop"]["em"]) / 2
+    return {"greedy": mix, "greedy_mix": mix, "greedy_1hop": evaluation["greedy_1hop"]["em"],
+            "greedy_2hop": evaluation["greedy_2hop"]["em"],
+            "sampled": (evaluation["sampled_1hop"]["em"] + evaluation["sampled_2hop"]["em"]) / 2,
+            "world1_greedy_mix": (evaluation["world1_greedy_1hop"]["em"] + evaluation["world1_greedy_2hop"]["em"]) / 2}
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+
+_publish_lock = threading.Lock()
+
+
+def publish_run(directory: Path, step: int) -> Path:
+    """The run's adapter (bf16) and its metrics and curve into experiments/checkpoints/rl-RUN, replacing the last."""
+    with _publish_lock:
+        target = publish_adapter(directory / "final", f"rl-{directory.name}")
+        for name in ("metrics.jsonl", "curve.json"):
+            if (directory / name).is_file():
+                shutil.copy(directory / name, target / name)
+        _write_json(target / "progress.json", {"step": step, "run": directory.name})
+    return target
+
+
+def repo_start(recipe: str, seed: int) -> tuple[Path, int] | None:
+    """A run committed to the repository (adapter and step), for a machine that has no run directory."""
+    target = CHECKPOINTS / f"rl-{run_name(recipe, seed)}"
+    progress = target / "progress.json"
+    if not progress.is_file():
+        return None
+    return target, int(json.loads(progress.read_text())["step"])
+
+
+def next_chunk(done: int, steps: int, chunk: int) -> tuple[int, bool, bool]:
+    """The step the next training process stops at, and whether a curve point and a publication follow it."""
+    target = min(steps, (done // chunk + 1) * chunk)
+    return target, target % CURVE_EVERY == 0 or target == steps, target % PUBLISH_EVERY == 0 or target == steps
+
+
+def run_one(args: argparse.Namespace, recipe: str, seed: int, warm: Path, timings: Timings) -> None:
+    """One (recipe, seed) to ``args.steps`` in chunks, with its curve points, publications and final eval."""
+    directory = run_dir(args, recipe, seed)
+    start, offset = warm, 0
+    if args.from_repo and steps_done(directory) == 0 and (committed := repo_start(recipe, seed)):
+        start, offset = committed  # a fresh optimizer on the committed adapter; the steps count on from there
+        _write_json(directory / "offset.json", {"offset": offset, "adapter": str(start)})
+    if (directory / "offset.json").is_file():
+        saved = json.loads((directory / "offset.json").read_text())
+        start, offset = Path(saved["adapter"]), int(saved["offset"])
+    label = run_name(recipe, seed)
+    while (done := offset + steps_done(directory)) < args.steps:
+        target, curve_due, publish_due = next_chunk(done, args.steps, args.chunk)
+        began = time.perf_counter()
+        _run(train_command(args, start, RECIPES[recipe], seed, target - offset, directory),
+             Path(args.out) / "logs" / f"{label}.log", f"train {label}")
+        timings.record(f"rl {label}", time.perf_counter() - began)
+        if curve_due:
+            began = time.perf_counter()
+            curve_point(args, directory / "curve.json", directory / "final", target)
+            timings.record(f"curve {label}", time.perf_counter() - began)
+        if publish_due:
+            publish_run(directory, target)
+    if args.final_eval:
+        began = time.perf_counter()
+        final_eval(args, directory / "final", directory / "final_eval.json")
+        timings.record(f"final eval {label}", time.perf_counter() - began)
+
+
+def run_grid(args: argparse.Namespace, warm: Path, timings: Timings) -> None:
+    jobs = [(recipe, seed) for seed in args.seeds for recipe in args.recipes]
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        futures = {pool.submit(run_one, args, recipe, seed, warm, timings): (recipe, seed) for recipe, seed in jobs}
+        failed = []
+        for future, (recipe, seed) in futures.items():
+            try:
+                future.result()
+            except (Exception, SystemExit) as error:  # one failed run must not stop the others
+                failed.append(run_name(recipe, seed))
+                print(f"{run_name(recipe, seed)} FAILED: {error}", flush=True)
+    if failed:
+        raise SystemExit(f"runs failed: {failed}; see {Path(args.out) / 'logs'}")
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+
+def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dict[str, Any]]:
+    """One learning.json record per run with a final eval, the warm start's eval, the table and the curves."""
+    warm_eval = final_eval(args, warm, Path(args.out) / f"{warm_label}_final_eval.json")
+    records = []
+    for recipe in args.recipes:
+        for seed in args.seeds:
+            directory = run_dir(args, recipe, seed)
+            path = directory / "final_eval.json"
+            if not path.is_file() or not all(key in json.loads(path.read_text()) for key in FINAL_MEASURES):
+                continue
+            variant = RECIPES[recipe]
+            curve = json.loads((Path(args.out) / f"{warm_label}_curve.json").read_text())
+            if (directory / "curve.json").is_file():
+                curve.update(json.loads((directory / "curve.json").read_text()))
+            records.append({
+                "model": args.model, "run": f"rl-{run_name(recipe, seed)}", "algorithm": variant.algo, "seed": seed,
+                "recipe": recipe, "ablation": variant.ablation,
+                "reward": "dense" if variant.reward == "dense" else "sparse", "warm_start": warm_label,
+                "eval_episodes": args.eval_questions, "steps": args.steps,
+                "warm_start_em": ems(warm_eval), "final_em": ems(json.loads(path.read_text())),
+                "em_curve": [(int(step), point["mix_em"]) for step, point in sorted(curve.items(), key=_step)],
+                "second_search_curve": {f"{h}hop": [(int(step), point[f"{h}hop"]["multihop"])
+                                                    for step, point in sorted(curve.items(), key=_step)]
+                                        for h in (1, 2)},
+            })
+    write_table(records, warm_label, ems(warm_eval))
+    if records:
+        plot(records, ems(warm_eval))
+        path = ROOT / "docs" / "results" / "learning.json"
+        kept = [r for r in json.loads(path.read_text()) if not str(r.get("run", "")).startswith("rl-")]
+        _write_json(path, kept + records)
+    return records
+
+
+def _step(item: tuple[str, Any]) -> int:
+    return int(item[0])
+
+
+def write_table(records: Sequence[dict[str, Any]], warm_label: str, warm: dict[str, float]) -> None:
+    def cell(values: Sequence[float]) -> str:
+        if not values:
+            return "…"
+        return f"{statistics.mean(values):.3f} ± {(max(values) - min(values)) / 2:.3f} (n={len(values)})"
+
+    lines = ["| agent | held-out mix, greedy | 1-hop greedy | 2-hop greedy | mix, sampled | world 1 mix, greedy |",
+             "|---|---|---|---|---|---|",
+             f"| warm start ({warm_label}) | {warm['greedy_mix']:.3f} | {warm['greedy_1hop']:.3f} | "
+             f"{warm['greedy_2hop']:.3f} | {warm['sampled']:.3f} | {warm['world1_greedy_mix']:.3f} |"]
+    for recipe in dict.fromkeys(r["recipe"] for r in records):
+        rows = [r["final_em"] for r in records if r["recipe"] == recipe]
+        lines.append(f"| {RECIPES[recipe].label} | " + " | ".join(
+            cell([row[key] for row in rows])
+            for key in ("greedy_mix", "greedy_1hop", "greedy_2hop", "sampled", "world1_greedy_mix")) + " |")
+    (ROOT / "docs" / "results" / "rl_table.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines), flush=True)
+
+
+def plot(records: Sequence[dict[str, Any]], warm: dict[str, float]) -> None:
+    """Held-out mix EM and the second-search rate on each hop count by step: mean over seeds and a min-max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    panels = (("held-out mix EM (greedy)", lambda r: r["em_curve"]),
+              ("second search, 1-hop questions", lambda r: r["second_search_curve"]["1hop"]),
+              ("second search, 2-hop questions", lambda r: r["second_search_curve"]["2hop"]))
+    for axis, (title, curve_of) in zip(axes, panels, strict=True):
+        for recipe in dict.fromkeys(r["recipe"] for r in records):
+            curves = [dict(curve_of(r)) for r in records if r["recipe"] == recipe]
+            steps = sorted(set.intersection(*(set(c) for c in curves)))
+            if not steps:
+                continue
+            values = np.array([[c[s] for s in steps] for c in curves])
+            (line,) = axis.plot(steps, values.mean(0), marker="o", markersize=3, label=RECIPES[recipe].label)
+            axis.fill_between(steps, values.min(0), values.max(0), color=line.get_color(), alpha=0.15)
+        axis.set_title(title)
+        axis.set_xlabel("RL step")
+        axis.set_ylim(-0.02, 1.02)
+    axes[0].axhline(warm["greedy_mix"], color="grey", linestyle="--", label="warm start")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(ROOT / "docs" / "results" / "rl_curves.png", dpi=80)
+    plt.close(fig)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    """Write atomically: a kill mid-write leaves the old file, never an empty one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(value, indent=2))
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--measure"]:
+        return _measure_main(*argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=MODEL)
+    parser.add_argument("--out", default=str(Path.home() / "agent-gym-runs" / "rl"))
+    parser.add_argument("--sweep-out", default=str(Path.home() / "agent-gym-runs" / "sweep"))
+    parser.add_argument("--warm", default="", help="start from this adapter instead of the sweep's choice")
+    parser.add_argument("--recipes", nargs="+", default=["grpo", "ppo"], choices=sorted(RECIPES))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=100, help="RL steps of every run")
+    parser.add_argument("--chunk", type=int, default=5, help="steps per training process (a checkpoint each)")
+    parser.add_argument("--parallel", type=int, default=2, help="runs at a time (2 cores: 2)")
+    parser.add_argument("--tasks-per-step", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=1e-4, help="RL learning rate (LoRA)")
+    parser.add_argument("--micro-batch-size", type=int, default=2)
+    parser.add_argument("--curve-questions", type=int, default=32, help="held-out questions of each hop count")
+    parser.add_argument("--eval-questions", type=int, default=200, help="questions of each final measure")
+    parser.add_argument("--no-final-eval", dest="final_eval", action="store_false")
+    parser.add_argument("--from-repo", action="store_true",
+                        help="continue runs from their committed adapters where no run directory exists")
+    parser.add_argument("--summarize", action="store_true", help="records, table and curves only")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    timings = Timings(out)
+    warm_label, warm = chosen_warm_start(args)
+    print(f"warm start: {warm_label} ({warm})", flush=True)
+    # step 0 of every curve: the warm start itself, played once
+    curve_point(args, out / f"{warm_label}_curve.json", warm, 0)
+    if not args.summarize:
+        run_grid(args, warm, timings)
+    summarize(args, warm_label, warm)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
