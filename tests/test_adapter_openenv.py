@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,12 +17,12 @@ import gymnasium as gym
 import httpx
 import pytest
 from gymnasium.utils.env_checker import check_env
-from test_search_server import thread_server
 
 import agent_gym  # noqa: F401 - registers the ids
 from agent_gym.adapters.openenv import RemoteEnv, RemoteEnvError
-from agent_gym.adapters.openenv_server import create_env_app
+from agent_gym.adapters.openenv_server import create_env_app, env_server_config
 from agent_gym.contract import check_tool_env_contract
+from agent_gym.retrieval_index.server import bind_socket
 
 SMALL = {"hops": 1, "num_pages": 200, "num_questions": 10}
 
@@ -31,9 +32,31 @@ def _factory() -> gym.Env:
 
 
 @contextmanager
-def served(**settings) -> Iterator[str]:
-    """Serve ``create_env_app`` over SynthHop from a thread on a free loopback port; yield its URL."""
-    with thread_server(None, app=create_env_app(_factory, **settings)) as base:
+def env_server(app: object) -> Iterator[str]:
+    """Serve ``app`` as `agent-gym env serve` does (``env_server_config``) from a thread on a free loopback port;
+    yield its URL."""
+    import uvicorn
+
+    sock = bind_socket("127.0.0.1", 0)
+    server = uvicorn.Server(env_server_config(app))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start within 30 s"
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+
+@contextmanager
+def served(factory=None, **settings) -> Iterator[str]:
+    """Serve ``create_env_app`` over SynthHop (or ``factory``'s envs) as `env serve` does; yield its URL."""
+    with env_server(create_env_app(factory or _factory, **settings)) as base:
         yield base
 
 

@@ -14,6 +14,10 @@ contract.
 
 Every wait is bounded: a server that is gone, stopped or silent for ``timeout_s`` raises :class:`RemoteEnvError`
 saying so; nothing hangs. The spaces are ``UnicodeText`` of the lengths the server's ``/metadata`` reports.
+
+A turn too large for the server's message limit (``max_message_bytes`` in ``/metadata``, 4 MiB when a server
+does not say) would close the session. It is cut instead, to the env's action limit and a note, so the env
+still sees a turn over its limit and answers it as a local env answers any over-long turn: with a format error.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from agent_gym.spaces import UnicodeText
 __all__ = ["RemoteEnv", "RemoteEnvError"]
 
 _UNBOUNDED_TEXT = 1_000_000  # when a server reports no length
+_DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # `agent-gym env serve`'s default, for a server that does not say
 
 
 class RemoteEnvError(AgentGymError, RuntimeError):
@@ -78,6 +83,7 @@ class RemoteEnv(gym.Env[str, str]):
         self.server_metadata = server
         self.observation_space = UnicodeText(max_length=int(server.get("observation_max_length") or _UNBOUNDED_TEXT))
         self.action_space = UnicodeText(max_length=int(server.get("action_max_length") or _UNBOUNDED_TEXT))
+        self.max_message_bytes = int(server.get("max_message_bytes") or _DEFAULT_MAX_MESSAGE_BYTES)
         self._socket: Any = None
         self._session = ExitStack()
         self._messages: list[dict[str, Any]] | None = None  # the context of the last answer, to check the next
@@ -114,9 +120,13 @@ class RemoteEnv(gym.Env[str, str]):
     def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         from websockets.exceptions import ConnectionClosed, WebSocketException
 
+        text = json.dumps(message)  # ASCII (a lone surrogate escaped), so its length is its size in bytes
+        if len(text) > self.max_message_bytes:
+            raise RemoteEnvError(f"a {message['type']} message of {len(text)} bytes exceeds the env server's limit "
+                                 f"of {self.max_message_bytes} bytes (its --max-message-bytes)")
         socket = self._connect()
         try:
-            socket.send(json.dumps(message))
+            socket.send(text)
             raw = socket.recv(timeout=self.timeout_s)
         except TimeoutError as error:
             self._drop()
@@ -129,7 +139,13 @@ class RemoteEnv(gym.Env[str, str]):
         except (OSError, WebSocketException) as error:
             self._drop()
             raise RemoteEnvError(f"lost the env server at {self._ws_url}: {error}") from error
-        answer = json.loads(raw)
+        try:
+            answer = json.loads(raw)
+            if not isinstance(answer, dict) or not isinstance(answer.get("data"), dict):
+                raise ValueError(f"expected an object with a \"data\" object, got {raw[:200]!r}")
+        except (TypeError, ValueError) as error:  # a binary frame, not JSON, not the protocol's shape
+            raise RemoteEnvError(f"the env server at {self._ws_url} answered {message['type']} with something "
+                                 f"that is not an OpenEnv message: {error}") from error
         if answer.get("type") == "error":
             data = answer.get("data") or {}
             if data.get("code") in ("IDLE_TIMEOUT", "CAPACITY_REACHED", "SESSION_ERROR"):
@@ -154,10 +170,30 @@ class RemoteEnv(gym.Env[str, str]):
         return observation["text"], self._checked_info(observation["info"], step=False)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        data = self._request({"type": "step", "data": {"text": action if isinstance(action, str) else str(action)}})
+        text = action if isinstance(action, str) else str(action)
+        if len(json.dumps(text)) + 64 > self.max_message_bytes:  # 64: the message's own fields
+            text = self._cut_turn(text)
+        data = self._request({"type": "step", "data": {"text": text}})
         observation = data["observation"]
         return (observation["text"], float(data.get("reward") or 0.0), bool(observation["terminated"]),
                 bool(observation["truncated"]), self._checked_info(observation["info"], step=True))
+
+    def _cut_turn(self, text: str) -> str:
+        """``text`` cut to fit the server's message limit while still longer than the env's action limit, so the
+        env refuses it as too long (a format error) as it refuses the whole turn locally."""
+        limit = self.action_space.max_length
+        text = text.replace("\x00", "")  # the env drops NULs before it reads a turn
+        if len(json.dumps(text)) + 64 <= self.max_message_bytes:  # what is left is what the env would read
+            return text
+        note = (f"\n[... {len(text) - limit} more characters cut by RemoteEnv: the turn exceeds the env server's "
+                f"{self.max_message_bytes}-byte message limit]")
+        cut = text[:limit] + note
+        if len(text) <= limit or len(json.dumps(cut)) + 64 > self.max_message_bytes:
+            raise RemoteEnvError(f"a turn of {len(text)} characters cannot be sent within the env server's "
+                                 f"{self.max_message_bytes}-byte message limit, and the env's action limit of "
+                                 f"{limit} characters does not fit in it either; raise the server's "
+                                 "--max-message-bytes")
+        return cut
 
     def truncate(self) -> tuple[float, dict[str, Any]]:
         """End the episode through the server env's ``truncate()``; returns ``(reward, info)``."""

@@ -10,13 +10,23 @@ env's new text, its info made JSON-safe (``messages`` included), and the two fla
 ``done`` folds together. ``{"type": "truncate"}`` is our one extension: it ends the episode through the env's
 ``truncate()`` (what a trainer's own turn cap pays), for :class:`~agent_gym.adapters.openenv.RemoteEnv`.
 
-HTTP endpoints, as in OpenEnv: ``GET /health``, ``GET /metadata`` (name, description and the text spaces'
-lengths), ``GET /schema`` (JSON schemas of action, observation and state), and the stateless ``POST /reset``
-(a fresh env, reset and closed). ``POST /step`` has no session over HTTP, so it answers 409 naming ``/ws``.
+HTTP endpoints, as in OpenEnv: ``GET /health``, ``GET /metadata`` (name, description, the text spaces' lengths and
+the server's limits), ``GET /schema`` (JSON schemas of action, observation and state), and the stateless
+``POST /reset`` (a fresh env, reset and closed). ``POST /step`` has no session over HTTP, so it answers 409 naming
+``/ws``.
 
 Limits: at most ``max_sessions`` live sessions (a further connection gets ``CAPACITY_REACHED`` and is closed); a
 session idle for ``idle_timeout_s`` gets ``IDLE_TIMEOUT`` and is closed, and its env with it; a message over
-``max_message_bytes`` closes the connection (WebSocket code 1009). The server binds to 127.0.0.1 by default.
+``max_message_bytes`` closes the connection (WebSocket code 1009; ``RemoteEnv`` cuts a longer turn so that the env
+answers it as an over-long turn). A malformed message (not JSON, nested too deeply, a binary frame, a bad seed) is
+answered with an error and the session goes on. Over HTTP every refusal is a 4xx ``{"error": message}``: a body
+over ``max_body_bytes`` gets 413 before it is read (``Content-Length``) or as soon as it passes the limit
+(chunked). Slow or idle clients cannot pile up (run the app with :func:`env_server_config`, as ``env serve``
+does): a request head must arrive within ``request_timeout_s`` of connecting or of the last response, and a body
+within ``request_timeout_s`` of its head (408); past ``max_idle_connections`` connections waiting for a request
+head, the oldest is closed, so a flood of idle sockets cannot use up the process's file descriptors and starve
+``/health`` (measured before: 1,100 idle sockets under a 1,024-descriptor limit failed every health check). The
+server binds to 127.0.0.1 by default.
 """
 
 # No `from __future__ import annotations`: FastAPI resolves the request models defined in create_env_app.
@@ -24,6 +34,7 @@ import asyncio
 import json
 import logging
 import math
+import reprlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -34,11 +45,17 @@ from agent_gym.error import InvalidValue
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["create_env_app", "jsonable"]
+__all__ = ["create_env_app", "env_server_config", "jsonable"]
 
 DEFAULT_MAX_SESSIONS = 16
 DEFAULT_IDLE_TIMEOUT_S = 300.0
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 64 * 1024  # a reset body is a seed and a few options
+DEFAULT_REQUEST_TIMEOUT_S = 30.0  # the longest a request head, or a request body, may take to arrive
+MAX_IDLE_CONNECTIONS = 256  # the default cap on connections waiting for a request head, on a generous fd limit
+
+_short = reprlib.Repr()  # bounded depth and length: a value echoed in an error cannot recurse or flood
+_short.maxstring = _short.maxother = 80
 
 
 def jsonable(value: Any) -> Any:
@@ -70,6 +87,149 @@ class _Error(Exception):
         self.code, self.message = code, message
 
 
+def _parse_json(raw: str | bytes) -> Any:
+    """``raw`` parsed; anything that is not JSON, or JSON nested too deeply to parse, is an ``INVALID_JSON``."""
+    try:
+        return json.loads(raw)
+    except RecursionError:  # json recurses per nesting level
+        raise _Error("INVALID_JSON", "invalid JSON: nested too deeply") from None
+    except ValueError as problem:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
+        raise _Error("INVALID_JSON", f"invalid JSON: {problem}") from None
+
+
+def _dumps(payload: Any) -> str:
+    """``payload`` as JSON text: UTF-8 where it can be, escaped where a string holds a lone surrogate (which
+    UTF-8 cannot carry, so a text frame of it could not be sent)."""
+    text = json.dumps(payload, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(payload)
+    return text
+
+
+async def _send_http_error(send: Any, status: int, message: str) -> None:
+    """Answer ``{"error": message}`` from ASGI middleware, closing the connection (its body is left unread)."""
+    body = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _BodyLimit:
+    """Pure-ASGI guard: answer 413 to a body over ``max_body_bytes`` without reading more of it than that, and
+    408 to a body that takes longer than ``timeout_s`` to arrive (as the search server's ``_BodySizeLimit``).
+
+    A ``Content-Length`` over the limit is refused before a byte is read; a chunked body is counted as it
+    arrives. Measured before: a 600 MiB ``POST /reset`` took the server from 85 to 1,284 MiB.
+    """
+
+    def __init__(self, app: Any, max_body_bytes: int, timeout_s: float) -> None:
+        self.app, self.max_body_bytes, self.timeout_s = app, max_body_bytes, timeout_s
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
+                await self._refuse(send, f"the request body ({int(value)} bytes)")
+                return
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.timeout_s):  # a body trickled in forever would hold a connection
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":  # the client went away
+                        return
+                    chunks.append(message.get("body", b""))
+                    size += len(chunks[-1])
+                    if size > self.max_body_bytes:
+                        await self._refuse(send, "the request body")
+                        return
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await _send_http_error(send, 408, f"the request body did not arrive within {self.timeout_s:g} s")
+            return
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:  # the app waits for a disconnect after the body: pass the real one on
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any, what: str) -> None:
+        await _send_http_error(send, 413, f"{what} exceeds the limit of {self.max_body_bytes} bytes; a reset "
+                                          "body is {\"seed\": int, \"options\": {...}}")
+
+
+def _default_max_idle_connections() -> int:
+    """A quarter of the soft file-descriptor limit (at most ``MAX_IDLE_CONNECTIONS``): idle sockets can never
+    take the descriptors that sessions, envs and a health check need."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return MAX_IDLE_CONNECTIONS
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_IDLE_CONNECTIONS if soft == resource.RLIM_INFINITY else max(4, min(MAX_IDLE_CONNECTIONS, soft // 4))
+
+
+def _protocol_class(max_idle_connections: int) -> type:
+    """uvicorn's HTTP protocol with the search server's request-head deadline (``http_deadline.py``), kept off
+    WebSocket sessions, and a cap on the connections waiting for a request head: past it, the oldest is closed."""
+    from agent_gym.retrieval_index.http_deadline import DEADLINE_PROTOCOL
+
+    waiting: dict[Any, None] = {}  # connections waiting for a request head (or idle between requests), oldest first
+
+    class EnvServerProtocol(DEADLINE_PROTOCOL):  # type: ignore[misc, valid-type]
+        def _arm_head_deadline(self) -> None:
+            super()._arm_head_deadline()
+            waiting.pop(self, None)
+            waiting[self] = None  # now the newest
+            while len(waiting) > max_idle_connections:
+                oldest = next(iter(waiting))
+                del waiting[oldest]
+                cycle = oldest.cycle
+                # one that has begun a request since is left alone: it rejoins when its response is complete
+                if (cycle is None or cycle.response_complete) and not oldest.transport.is_closing():
+                    oldest.transport.close()
+
+        def handle_websocket_upgrade(self, *args: Any) -> None:
+            # The connection becomes a WebSocket session, held to idle_timeout_s instead: without this the head
+            # deadline would close the session's transport request_timeout_s after its handshake.
+            waiting.pop(self, None)
+            if self._head_deadline is not None:
+                self._head_deadline.cancel()
+                self._head_deadline = None
+            super().handle_websocket_upgrade(*args)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            waiting.pop(self, None)
+            super().connection_lost(exc)
+
+    return EnvServerProtocol
+
+
+def env_server_config(app: Any, *, log_level: str = "warning") -> Any:
+    """The ``uvicorn.Config`` that serves ``app`` (from :func:`create_env_app`) with its limits: the WebSocket
+    message size, the request-head and keep-alive deadline, and the cap on idle connections."""
+    import uvicorn
+
+    limits = app.state.server_limits
+    # access_log off: a line per request; backlog 2048: a burst of clients is queued, not reset
+    return uvicorn.Config(app, http=_protocol_class(limits["max_idle_connections"]),
+                          ws_max_size=limits["max_message_bytes"], timeout_keep_alive=limits["request_timeout_s"],
+                          backlog=2048, log_level=log_level, access_log=False)
+
+
 def _observation_payload(text: Any, reward: float | None, terminated: bool, truncated: bool,
                          info: dict[str, Any]) -> dict[str, Any]:
     return {"observation": {"text": text, "info": jsonable(info), "terminated": bool(terminated),
@@ -92,15 +252,15 @@ class _Session:
             raise _Error("VALIDATION_ERROR", f"unknown reset field(s) {sorted(unknown)}; send seed, options, "
                                              "episode_id")
         seed, options = data.get("seed"), data.get("options")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise _Error("VALIDATION_ERROR", f"seed must be an integer, got {seed!r:.80}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise _Error("VALIDATION_ERROR", f"seed must be a non-negative integer, got {_short.repr(seed)}")
         if options is not None and not isinstance(options, dict):
             raise _Error("VALIDATION_ERROR", f"options must be an object such as {{\"task_index\": 0}}, got "
-                                             f"{options!r:.80}")
+                                             f"{_short.repr(options)}")
         try:
             text, info = self.env.reset(seed=seed, options=options)
-        except (KeyError, ValueError, TypeError) as error:  # a task id the env lacks, an unknown option
-            raise _Error("EXECUTION_ERROR", f"reset failed: {error}") from error
+        except Exception as error:  # noqa: BLE001 - a task id the env lacks, an unknown option: the session goes on
+            raise _Error("EXECUTION_ERROR", f"reset failed: {type(error).__name__}: {error}") from error
         self.episode_id = str(data.get("episode_id") or f"{self.session_id}-{info.get('task_id', '')}")
         self.step_count = 0
         self.last_info = info
@@ -144,20 +304,38 @@ def create_env_app(
     description: str = "",
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    max_idle_connections: int | None = None,
 ) -> Any:
-    """The FastAPI app serving envs that ``env_factory`` makes, one per WebSocket session."""
+    """The FastAPI app serving envs that ``env_factory`` makes, one per WebSocket session.
+
+    The HTTP body limit is the app's own; the other limits hold when it runs under :func:`env_server_config`.
+    ``max_idle_connections`` defaults to a quarter of the process's file-descriptor limit, at most 256.
+    """
+    if max_idle_connections is None:
+        max_idle_connections = _default_max_idle_connections()
     from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
 
     if max_sessions < 1:
         raise InvalidValue(f"max_sessions must be at least 1, got {max_sessions}")
-    if not idle_timeout_s > 0:
-        raise InvalidValue(f"idle_timeout_s must be positive, got {idle_timeout_s}")
+    if not idle_timeout_s > 0 or not request_timeout_s > 0:
+        raise InvalidValue(f"idle_timeout_s ({idle_timeout_s}) and request_timeout_s ({request_timeout_s}) must be "
+                           "positive")
+    if max_message_bytes < 1024 or max_body_bytes < 1024 or max_idle_connections < 1:
+        raise InvalidValue(f"need max_message_bytes ({max_message_bytes}) and max_body_bytes ({max_body_bytes}) "
+                           f">= 1024, and max_idle_connections ({max_idle_connections}) >= 1")
     probe = env_factory()  # fail at start, not in the first session, and read the spaces
     action_length, observation_length = _space_length(probe.action_space), _space_length(probe.observation_space)
     probe.close()
     app = FastAPI(title=f"{name} (OpenEnv protocol)", docs_url=None, redoc_url=None)
+    app.add_middleware(_BodyLimit, max_body_bytes=max_body_bytes, timeout_s=request_timeout_s)
+    limits = {"max_message_bytes": max_message_bytes, "max_body_bytes": max_body_bytes,
+              "request_timeout_s": request_timeout_s, "max_idle_connections": max_idle_connections}
+    app.state.server_limits = limits  # read by env_server_config
     lock = threading.Lock()
     sessions: dict[int, _Session] = {}
     counter = [0]
@@ -171,6 +349,10 @@ def create_env_app(
                              f"{e.get('msg', 'invalid')}" for e in exc.errors())
         return error(422, f"invalid request ({problems}); reset takes {{\"seed\": int, \"options\": {{...}}}}")
 
+    @app.exception_handler(Exception)
+    async def _failed(request: Request, exc: Exception) -> Any:  # a JSON answer even for a server bug
+        return error(500, f"internal error: {type(exc).__name__}: {exc}")
+
     @app.get("/health")
     def health() -> Any:
         return {"status": "healthy", "active_sessions": len(sessions), "max_sessions": max_sessions}
@@ -181,7 +363,7 @@ def create_env_app(
 
         return {"name": name, "description": description, "version": agent_gym.__version__,
                 "action_max_length": action_length, "observation_max_length": observation_length,
-                "idle_timeout_s": idle_timeout_s}
+                "idle_timeout_s": idle_timeout_s, "max_sessions": max_sessions, **limits}
 
     @app.get("/schema")
     def schema() -> Any:
@@ -199,10 +381,12 @@ def create_env_app(
 
     @app.post("/reset")
     async def reset(request: Request) -> Any:
+        raw = await request.body()
         try:
-            body = await request.json() if await request.body() else {}
-        except ValueError:
-            return error(422, "the body is not JSON; send {\"seed\": int, \"options\": {...}} or nothing")
+            body = _parse_json(raw) if raw.strip() else {}
+        except _Error as problem:
+            return error(422, f"the body is not JSON ({problem.message}); send {{\"seed\": int, \"options\": "
+                              "{...}} or nothing")
         if not isinstance(body, dict):
             return error(422, "the body must be a JSON object such as {\"seed\": 0}")
         env = await asyncio.to_thread(env_factory)
@@ -242,16 +426,22 @@ def create_env_app(
             sessions[session_id] = current
             while True:
                 try:
-                    raw = await asyncio.wait_for(websocket.receive_text(), timeout=idle_timeout_s)
+                    received = await asyncio.wait_for(websocket.receive(), timeout=idle_timeout_s)
                 except TimeoutError:
                     await send_error(websocket, "IDLE_TIMEOUT", f"no message for {idle_timeout_s:g} s; the "
                                                                 "session and its env are closed")
                     close_reason = "IDLE_TIMEOUT: session closed"
                     break
+                if received["type"] == "websocket.disconnect":
+                    raise WebSocketDisconnect(received.get("code", 1000))
+                if received.get("text") is None:
+                    await send_error(websocket, "INVALID_JSON", "a binary frame: send each message as JSON in a "
+                                                                "text frame")
+                    continue
                 try:
-                    message = json.loads(raw)
-                except ValueError as problem:
-                    await send_error(websocket, "INVALID_JSON", f"invalid JSON: {problem}")
+                    message = _parse_json(received["text"])
+                except _Error as problem:
+                    await send_error(websocket, problem.code, problem.message)
                     continue
                 kind = message.get("type") if isinstance(message, dict) else None
                 data = message.get("data", {}) if isinstance(message, dict) else {}
@@ -274,7 +464,7 @@ def create_env_app(
                 except _Error as problem:
                     await send_error(websocket, problem.code, problem.message)
                     continue
-                await websocket.send_text(json.dumps(answer, ensure_ascii=False))
+                await websocket.send_text(_dumps(answer))
         except WebSocketDisconnect:
             pass
         except Exception as problem:  # noqa: BLE001 - an env that breaks its contract ends its session only

@@ -141,7 +141,7 @@ def add_env_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def run_env_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from agent_gym.adapters.openenv_server import create_env_app
+    from agent_gym.adapters.openenv_server import create_env_app, env_server_config
 
     env_kwargs = env_kwargs_from_args(args)
     make_env(args.env_id, env_kwargs).close()  # an unknown id or a refused kwarg is a usage error, before binding
@@ -151,7 +151,7 @@ def run_env_serve(args: argparse.Namespace) -> int:
 
     app = create_env_app(lambda: make_env(args.env_id, env_kwargs), name=args.env_id,
                          description=registered_envs().get(args.env_id, ""), max_sessions=args.max_sessions,
-                         idle_timeout_s=args.idle_timeout)
+                         idle_timeout_s=args.idle_timeout, max_message_bytes=args.max_message_bytes)
     from agent_gym.retrieval_index.server import bind_socket
 
     try:  # bind before saying "serving": a busy port is reported as such, not after the announcement
@@ -160,9 +160,8 @@ def run_env_serve(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from error
     port = sock.getsockname()[1]
     print(f"serving {args.env_id} over the OpenEnv protocol at ws://{args.host}:{port}/ws", flush=True)
-    config = uvicorn.Config(app, log_level="warning", ws_max_size=args.max_message_bytes)
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
+    try:  # env_server_config: the message size, request-head deadline and idle-connection cap of the app
+        uvicorn.Server(env_server_config(app)).run(sockets=[sock])
     finally:
         sock.close()
     return 0
