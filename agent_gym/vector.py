@@ -14,13 +14,27 @@ from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_space, create_shared_memory
 
 from agent_gym.env import ToolEnv, step_turns
 from agent_gym.env_batch import EnvLost, LocalEnvBatch, ResetResult, StepResult, TruncateResult
 from agent_gym.error import InvalidType, InvalidValue
+from agent_gym.spaces import UnicodeText
 
 __all__ = ["ToolVectorEnv"]
+
+
+@create_shared_memory.register(UnicodeText)
+def _no_shared_memory_for_text(space: UnicodeText, n: int = 1, ctx: Any = None) -> Any:
+    """``AsyncVectorEnv``'s default ``shared_memory=True`` meets a text observation: say why, and what works.
+
+    Without it Gymnasium says only that shared memory "caused an error"."""
+    raise InvalidValue(
+        "a tool env's observations are text, which Gymnasium's shared memory cannot hold, so "
+        "gym.make_vec(..., vectorization_mode='async') fails with its default shared_memory=True. Use the native "
+        "vector env, gym.make_vec(ID, num_envs=N) (tool calls batched across the envs, one retriever), or "
+        "vectorization_mode='async' with vector_kwargs={'shared_memory': False} for one process per env"
+    )
 
 
 class ToolVectorEnv(VectorEnv):

@@ -231,3 +231,8 @@ def test_an_env_the_batch_ended_is_reset_by_the_next_vector_step(shared_lookup: 
     [(_, _, terminated, _, _)] = envs.step_batch([0], ["<answer>Paris</answer>"])
     _, _, _, _, infos = envs.step(["ignored", lookup_call("France")])
     assert terminated and infos["turn"][0] == 0  # NEXT_STEP autoreset: env 0 starts its next episode
+
+
+def test_async_make_vec_with_shared_memory_says_why_it_fails_and_what_works() -> None:
+    with pytest.raises(ValueError, match=r"observations are text.*shared_memory': False"):
+        gym.make_vec("AgentR1-SynthHop-v0", num_envs=2, vectorization_mode="async", **SMALL_SYNTHHOP)
