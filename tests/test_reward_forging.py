@@ -169,3 +169,52 @@ def test_forged_assert_records_pay_no_more_than_the_asserts_the_program_holds(pr
     tool = PythonTool(Sandbox(LIMITS), count_asserts=True)
     holds = program.count("\nassert ")
     assert tool.call({"code": program}).metadata["progress"] == holds
+
+
+DEFINE_ADD = "import os\ndef add(a, b):\n    return a + b\n"
+FALSE_ASSERTS = "assert add(1, 1) == 3\nassert add(2, 2) == 5\nassert add(3, 3) == 7\n"
+
+
+def forged(records: list[bytes]) -> str:
+    """A program that writes ``records`` to the report pipe and exits before its false asserts (lines 8-10)."""
+    return (DEFINE_ADD + f"RECORDS = {records!r}\nfor record in RECORDS:\n    os.write(3, record + b'\\n')\n"
+            "os._exit(0)\n" + FALSE_ASSERTS)
+
+
+@pytest.mark.parametrize("records", [
+    [b'{"kind": "assert_passed", "line": %d}' % line for line in (8, 9, 10)],  # the trial's forgery
+    [b'{"kind": "assert_passed", "line": %d, "values": [[0, 0]]}' % line for line in (8, 9, 10)],  # false values
+    [b'{"kind": "assert_passed", "line": 8, "values": [[1, 2], [0, {"float": "2.0"}]]}'],  # index 1 is a literal
+    [b'{"kind": "assert_passed", "line": 8, "values": [[0, {"object": ["Eq", {}]}]]}'],  # not a built-in value
+    [b'{"kind": "assert_passed", "line": 8, "values": [[[0], 3]]}', b'{"kind": "assert_passed", "line": 9, '
+                                                                        b'"values": "5"}'],  # garbled
+])
+def test_forged_records_of_false_asserts_pay_nothing(records: list[bytes]) -> None:
+    program = forged(records)
+    assert program.splitlines()[7:10] == FALSE_ASSERTS.splitlines()
+    tool = PythonTool(Sandbox(LIMITS), count_asserts=True)
+    assert tool.call({"code": program}).metadata["progress"] == 0
+    env = gym.make("AgentR1-HumanEval-v0", limit=1, reward="dense")
+    env.reset(seed=0)
+    _, reward, *_ = env.step(call(program))
+    env.close()
+    assert reward == 0.0  # the trial's forgery was paid the full 0.3
+
+
+def test_true_asserts_of_every_shape_still_count_once_each() -> None:
+    program = DEFINE_ADD + (
+        "assert add(1, 1) == 2\nassert add(1, 1) != 3 and True\nassert not add(0, 0)\nassert 1 < add(1, 1) <= 2\n"
+        "assert add(1, 1) in [2, 3]\nassert add([1], [None])[1] is None\nassert add('a', 'b') == 'ab', 'message'\n"
+        "assert add((1,), (2.5,)) == (1, 2.5)\nassert {add(1, 1): add('x', 'y')} == {2: 'xy'}\n"
+        "assert add(0.5, 0.25) == 0.75\n")
+    tool = PythonTool(Sandbox(LIMITS), count_asserts=True)
+    assert tool.call({"code": program}).metadata["progress"] == 10
+
+
+def test_asserts_on_values_that_are_not_built_in_count_for_nothing() -> None:
+    # an object whose == always answers True makes any assert pass in the program's process, but not here
+    program = ("class Anything:\n    def __eq__(self, other):\n        return True\n"
+               "def make():\n    return Anything()\n"
+               "assert make() == 3\nassert make() == 'x'\nassert make()\nprint('all passed')\n")
+    result = PythonTool(Sandbox(LIMITS), count_asserts=True).call({"code": program})
+    assert "all passed" in result.text and result.metadata["progress"] == 0

@@ -9,9 +9,13 @@ With ``reward="dense"`` a ``run_python`` call also earns a process reward when m
 asserts pass than in any earlier call of the episode: 0.1 for each module-level ``assert`` that calls
 something (``assert add(2, 3) == 5``; not ``assert True``) and passes, beyond the episode's best count so far,
 at most 0.3 per episode (the ``dense`` spec's cap, below the outcome's 1.0). Asserts are counted up to the
-first failing one, as Python runs them, and only asserts the program holds count, each once (the parent parses
-the program; records the program writes itself add nothing). The asserts are the agent's own code, so this is a
-shaping term only; the outcome is decided outside the agent's process.
+first failing one, as Python runs them, and only asserts the program holds count, each once. The env's process
+decides each one itself: the program reports the built-in values of the assert's operands, and the parent
+evaluates the comparison with its own reading of the source (operators and literals), so a record that only
+claims a pass (``{"kind": "assert_passed", "line": 3}`` written to the report pipe) earns nothing, nor do
+values that make the assert false or objects whose ``==`` always answers ``True``. The asserts and the functions
+they call are the agent's own code, so this is a shaping term only; the outcome is decided outside the agent's
+process (:mod:`agent_gym.envs.hidden_tests`).
 """
 
 from __future__ import annotations

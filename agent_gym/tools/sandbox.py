@@ -18,7 +18,12 @@ no inherited environment variable, stdin closed, and stdout/stderr captured and 
   is removed by the next process that starts a run (each run holds a lock on its directory while it lives).
 
 The verdict of a run is the parent's: the isolation it reports comes from the launcher's first record only,
-and a program's own records (``assert_passed``) count only for asserts the parent finds in its source.
+and a program's own records (``assert_passed``) count only for asserts the parent finds in its source, once
+each, and only where the values they carry satisfy the assert as the parent evaluates it: its comparison
+operators and literals are the parent's own reading of the source, and the values are built-in ones. A record
+alone (``{"kind": "assert_passed", "line": 3}`` written to the pipe) counts for nothing. No record of the
+program's process can prove more than that: the program defines what its asserts call, so it can always make
+them hold; counted asserts are a shaping signal, not a verdict.
 
 :mod:`agent_gym.tools.sandbox_child` applies the in-process layers; its docstring lists them. Where a layer is
 missing (an old kernel, an architecture without a seccomp table), a warning says so once and the run goes on;
@@ -31,6 +36,7 @@ import fcntl
 import functools
 import json
 import math
+import operator
 import os
 import selectors
 import shutil
@@ -120,7 +126,8 @@ class SandboxRun:
         isolation: the layers that held (``namespaces``, ``private_view``, ``landlock`` ABI, ``seccomp``), as
             the launcher reported them before the program ran.
         reports: the JSON records the program wrote to the report pipe (a harness's results); with
-            ``count_asserts``, ``assert_passed`` records only for asserts the source holds, each once.
+            ``count_asserts``, ``assert_passed`` records only for asserts the source holds, each once, whose
+            values satisfy them.
     """
 
     status: str
@@ -263,7 +270,7 @@ class Sandbox:
             finally:
                 os.close(lock)
         if count_asserts:
-            run.reports = _counted_asserts(run.reports, sandbox_child.counted_assert_lines(code))
+            run.reports = _counted_asserts(run.reports, sandbox_child.assert_plans(code))
         return run
 
     def _namespaces(self) -> tuple[str, ...]:
@@ -370,18 +377,73 @@ def _close_all(descriptors) -> None:
             pass
 
 
-def _counted_asserts(reports: list[dict[str, Any]], lines: set[int]) -> list[dict[str, Any]]:
-    """The records with ``assert_passed`` kept only for asserts the source holds, each once: a program can
-    write such records itself, but cannot report more asserts than it holds."""
+def _counted_asserts(reports: list[dict[str, Any]], plans: dict[int, tuple]) -> list[dict[str, Any]]:
+    """The records with ``assert_passed`` kept only for asserts the source holds, each once, whose reported
+    values satisfy the assert as this process evaluates it: a program can write such records itself, but cannot
+    report more asserts than it holds, nor one whose values make it false."""
     kept, seen = [], set()
     for record in reports:
         if record.get("kind") == "assert_passed":
             line = record.get("line")
-            if type(line) is not int or line not in lines or line in seen:
+            if type(line) is not int or line not in plans or line in seen or not _holds(plans[line], record):
                 continue
             seen.add(line)
         kept.append(record)
     return kept
+
+
+_COMPARISONS = {"Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
+                "GtE": operator.ge, "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b,
+                "Is": operator.is_, "IsNot": operator.is_not}
+_SINGLETONS = (None, True, False)
+
+
+def _holds(plan: tuple, record: dict[str, Any]) -> bool:
+    """Whether the assert of ``plan`` (:func:`sandbox_child.assert_plans`) holds for the record's values."""
+    kind, ops, operands = plan
+    reported = record.get("values")
+    if type(reported) is not list:
+        return False
+    try:
+        values = {index: _decode(data) for index, data in reported}
+        resolved = [value if source == "literal" else values[value] for source, value in operands]
+        if kind == "truth":
+            return bool(resolved[0])
+        if kind == "not":
+            return not resolved[0]
+        for name, left, right in zip(ops, resolved, resolved[1:], strict=False):
+            # identity means nothing across processes but for None, True and False
+            if name in ("Is", "IsNot") and not any(value is single for value in (left, right) for single in
+                                                   _SINGLETONS):
+                return False
+            if not _COMPARISONS[name](left, right):
+                return False
+        return True
+    except (KeyError, TypeError, ValueError, RecursionError):
+        return False
+
+
+def _decode(data: Any, depth: int = 0) -> Any:
+    """The built-in value :func:`sandbox_child.encode_value` wrote; raises ValueError on anything else."""
+    if data is None or type(data) in (bool, int, str):
+        return data
+    if type(data) is not dict or len(data) != 1 or depth > 50:
+        raise ValueError("not an encoded value")
+    ((tag, payload),) = data.items()
+    if tag == "float" and type(payload) is str:
+        return float(payload)
+    if tag == "complex" and type(payload) is list and len(payload) == 2:
+        return complex(float(payload[0]), float(payload[1]))
+    if tag == "bytes" and type(payload) is str:
+        return bytes.fromhex(payload)
+    if tag in _CONTAINERS and type(payload) is list:
+        return _CONTAINERS[tag](_decode(item, depth + 1) for item in payload)
+    if tag == "dict" and type(payload) is list:
+        return {_decode(key, depth + 1): _decode(item, depth + 1) for key, item in payload}
+    raise ValueError("not an encoded value")
+
+
+_CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
 
 
 class _Streams:

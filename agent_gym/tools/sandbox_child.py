@@ -49,6 +49,8 @@ REPORT_FD = 3
 STRICT_REFUSAL_EXIT_CODE = 97
 _OPEN_FILES = 256
 ASSERT_HOOK = "__agent_gym_assert_passed__"
+VALUE_HOOK = "__agent_gym_assert_value__"
+_ENCODED_CHARS = 100_000  # an assert's values beyond this are not sent (the assert then counts for nothing)
 
 # ---------------------------------------------------------------------------------------------- Landlock
 # Kernel ABI (include/uapi/linux/landlock.h); the syscall numbers are the same on every architecture.
@@ -433,13 +435,80 @@ def _isolate(config):
 def counted_assert_lines(source):
     """The lines of ``source``'s module-level asserts that count as progress: each calls something and is not a
     constant. The parent computes them too, so a program cannot report an assert it does not hold."""
+    return set(assert_plans(source))
+
+
+def assert_plans(source):
+    """For each counted assert's line, how its verdict follows from its operands: ``(kind, ops, operands)``
+    where kind is ``compare`` (ops: the comparison operators' names), ``not`` or ``truth``, and each operand is
+    ``("literal", value)`` (the source's own) or ``("reported", index)`` (a value the program sends). The
+    parent recomputes the verdict from these, so a record of a pass without values that satisfy the assert
+    counts for nothing."""
     import ast
 
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return set()
-    return {statement.lineno for statement in tree.body if _counts(statement)}
+        return {}
+    plans = {}
+    for statement in tree.body:
+        if not _counts(statement):
+            continue
+        test = statement.test
+        if isinstance(test, ast.Compare):
+            kind, ops, nodes = "compare", tuple(type(op).__name__ for op in test.ops), [test.left, *test.comparators]
+        elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            kind, ops, nodes = "not", (), [test.operand]
+        else:
+            kind, ops, nodes = "truth", (), [test]
+        operands = []
+        for index, node in enumerate(nodes):
+            literal = _literal(node)
+            operands.append(("reported", index) if literal is _NOT_LITERAL else ("literal", literal))
+        plans[statement.lineno] = (kind, ops, tuple(operands))
+    return plans
+
+
+_NOT_LITERAL = object()
+
+
+def _literal(node):
+    import ast
+
+    if not isinstance(node, (ast.Constant, ast.UnaryOp, ast.Tuple, ast.List, ast.Set, ast.Dict)):
+        return _NOT_LITERAL  # literal_eval also reads 1 + 2j; only plain literals are the source's own values
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NOT_LITERAL
+
+
+def encode_value(value, budget=None, depth=0):
+    """A built-in value as JSON-ready data (exact built-in types only: an object whose ``==`` always answers
+    True is no value here); raises TypeError for anything else or past the size budget."""
+    budget = budget if budget is not None else [_ENCODED_CHARS]
+    kind = type(value)
+    budget[0] -= 1 + (len(value) if kind in (str, bytes) else 0)
+    if budget[0] < 0 or depth > 50:
+        raise TypeError("too large to report")
+    if value is None or kind is bool or kind is str:
+        return value
+    if kind is int:
+        if value.bit_length() > 4_096:
+            raise TypeError("too large to report")
+        return value
+    if kind is float:
+        return {"float": repr(value)}
+    if kind is complex:
+        return {"complex": [repr(value.real), repr(value.imag)]}
+    if kind is bytes:
+        return {"bytes": value.hex()}
+    if kind in (list, tuple, set, frozenset):
+        return {kind.__name__: [encode_value(item, budget, depth + 1) for item in value]}
+    if kind is dict:
+        return {"dict": [[encode_value(key, budget, depth + 1), encode_value(item, budget, depth + 1)]
+                         for key, item in value.items()]}
+    raise TypeError(f"a {kind.__name__} is not a built-in value")
 
 
 def _counts(statement):
@@ -452,18 +521,43 @@ def _counts(statement):
 
 def _count_passed_asserts(source, filename):
     """The program's syntax tree with, after each module-level ``assert`` that calls something, a call that
-    records that it passed (the progress of test-driven coding)."""
+    records that it passed with the values of its operands (the progress of test-driven coding). Each operand
+    the verdict depends on passes through a hook that notes its value and returns it unchanged, so the assert
+    runs as written: the same evaluation order, short-circuits and side effects."""
     import ast
 
     tree = ast.parse(source, filename)
+    plans = assert_plans(source)
     body = []
     for statement in tree.body:
+        if _counts(statement):
+            _observe_operands(statement, plans[statement.lineno])
         body.append(statement)
         if _counts(statement):
             hook = ast.Expr(ast.Call(ast.Name(ASSERT_HOOK, ast.Load()), [ast.Constant(statement.lineno)], []))
             body.append(ast.copy_location(hook, statement))
     tree.body = body
     return ast.fix_missing_locations(tree)
+
+
+def _observe_operands(statement, plan):
+    import ast
+
+    def observed(node, index):
+        if plan[2][index][0] == "literal":
+            return node
+        call = ast.Call(ast.Name(VALUE_HOOK, ast.Load()), [ast.Constant(statement.lineno), ast.Constant(index), node],
+                        [])
+        return ast.copy_location(call, node)
+
+    test = statement.test
+    if plan[0] == "compare":
+        test.left = observed(test.left, 0)
+        test.comparators = [observed(node, index) for index, node in enumerate(test.comparators, start=1)]
+    elif plan[0] == "not":
+        test.operand = observed(test.operand, 0)
+    else:
+        statement.test = observed(test, 0)
 
 
 def _print_user_traceback(error):
@@ -505,13 +599,23 @@ def main():
     module.__file__ = config["main"]
     module.__builtins__ = __builtins__
     passed_lines = set()
+    values = {}
+
+    def assert_value(line, index, value):
+        try:
+            values.setdefault(line, {})[index] = encode_value(value)
+        except (TypeError, ValueError, RecursionError):
+            values.setdefault(line, {}).pop(index, None)  # not a built-in value: the assert cannot count
+        return value
 
     def assert_passed(line):
         if line not in passed_lines:
             passed_lines.add(line)
-            _report({"kind": "assert_passed", "line": line})
+            observed = sorted(values.pop(line, {}).items())
+            _report({"kind": "assert_passed", "line": line, "values": [[index, data] for index, data in observed]})
 
     setattr(module, ASSERT_HOOK, assert_passed)
+    setattr(module, VALUE_HOOK, assert_value)
     sys.modules["__main__"] = module
     sys.argv = [config["main"]]
     sys.path.insert(0, os.getcwd())
