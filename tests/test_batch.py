@@ -163,3 +163,18 @@ def test_packed_forward_shares_no_prefix_between_groups_or_short_prompts():
     # capped one short of the shortest prompt: that position's logits predict the first response token
     same = ids[[0, 0]]
     assert shared_prefix_length(same, lengths[[0, 0]], torch.tensor([26, 20])) == 19
+
+
+def test_packed_forward_under_gradient_checkpointing_runs_rows_whole_and_exact():
+    # HF turns the prefix cache off when checkpointing in training, so each row runs whole (still unpadded)
+    from agent_gym.trainers.packed_forward import packed_logprobs
+
+    model = _tiny_causal_lm()
+    model.gradient_checkpointing_enable()
+    model.train()
+    ids, lengths, prompts, groups = _grouped_rows()
+    mask = _response_mask(lengths, prompts, ids.shape[1])
+    packed = packed_logprobs(model, ids, lengths, prompts, groups)
+    assert packed.tokens_computed == int(lengths.sum())
+    torch.testing.assert_close(packed.logprobs * mask, _padded_logprobs(model, ids, prompts) * mask, rtol=1e-5,
+                               atol=1e-5)

@@ -58,6 +58,12 @@ def _base_forward(model: torch.nn.Module) -> inspect.Signature:
     return inspect.signature(base.forward)
 
 
+def _can_share(model: torch.nn.Module) -> bool:
+    """A prefix cache needs ``use_cache``, which HF turns off under gradient checkpointing in training."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return not (model.training and getattr(base, "is_gradient_checkpointing", False))
+
+
 def _cache_keyword(model: torch.nn.Module) -> str:
     """transformers >= 5.2x names the cache argument ``cache`` (``past_key_values`` is deprecated)."""
     return "cache" if "cache" in _base_forward(model).parameters else "past_key_values"
@@ -65,7 +71,8 @@ def _cache_keyword(model: torch.nn.Module) -> str:
 
 def _prefix_keys_values(model: torch.nn.Module, prefix: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Run ``prefix`` (``[1, P]``) once; its per-layer keys and values (still in the autograd graph)."""
-    output = model(input_ids=prefix, use_cache=True, logits_to_keep=1)
+    supported = "logits_to_keep" in _base_forward(model).parameters
+    output = model(input_ids=prefix, use_cache=True, **({"logits_to_keep": 1} if supported else {}))
     cache = getattr(output, "past_key_values", None)
     if cache is None:
         cache = output.cache
@@ -78,7 +85,8 @@ def _suffix_logits(
     keys_values: list[tuple[torch.Tensor, torch.Tensor]] | None,
     keep: int,
 ) -> torch.Tensor:
-    kwargs: dict[str, object] = {"logits_to_keep": keep}
+    supported = "logits_to_keep" in _base_forward(model).parameters
+    kwargs: dict[str, object] = {"logits_to_keep": keep} if supported else {}
     if keys_values is not None:
         from transformers import DynamicCache
 
@@ -86,7 +94,8 @@ def _suffix_logits(
         # tensors are read, never changed, and every suffix's gradient flows back into the same ones.
         kwargs[_cache_keyword(model)] = DynamicCache(ddp_cache_data=keys_values, config=model.config)
         kwargs["use_cache"] = True
-    return model(input_ids=suffix, **kwargs).logits
+    logits = model(input_ids=suffix, **kwargs).logits
+    return logits if supported else logits[:, -keep:]
 
 
 def packed_logprobs(
@@ -110,7 +119,7 @@ def packed_logprobs(
     entropy_rows: list[torch.Tensor | None] = [None] * batch
     computed = 0
     units: list[list[int]]
-    if group_index is None:
+    if group_index is None or not _can_share(model):
         units = [[row] for row in range(batch)]
     else:
         groups: dict[int, list[int]] = {}
