@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from agent_gym.error import AgentGymError
 from agent_gym.models.chat_template import QWEN25_CHAT_TEMPLATE
+from agent_gym.models.saving import ADAPTER_CONFIG, save_model
 
 # Control tokens: never produced by plain text, skipped when decoding with skip_special_tokens.
 CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -216,33 +217,6 @@ def init_model(
     return save_model(model, tokenizer, out_dir)
 
 
-def save_model(model: Any, tokenizer: Any, out_dir: str | Path) -> Path:
-    """``save_pretrained`` of the model (or a LoRA adapter) and its tokenizer into ``out_dir``, with the weights
-    as readable as the files beside them.
-
-    safetensors (0.8) writes its file through a private temporary file, so the weights came out 0600 while
-    ``config.json`` beside them was 0644 (the umask's): another user of a shared model folder could read the
-    config but not the weights. They get ``config.json``'s permissions here."""
-    out_dir = Path(out_dir)
-    model.save_pretrained(out_dir)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out_dir)
-    match_sibling_permissions(out_dir)
-    return out_dir
-
-
-def match_sibling_permissions(out_dir: str | Path) -> None:
-    """Give every ``*.safetensors`` in ``out_dir`` the permission bits of the config file saved beside it."""
-    out_dir = Path(out_dir)
-    reference = next((out_dir / name for name in ("config.json", ADAPTER_CONFIG) if (out_dir / name).is_file()),
-                     None)
-    if reference is None:
-        return
-    mode = reference.stat().st_mode & 0o777
-    for weights in out_dir.glob("*.safetensors"):
-        weights.chmod(mode)
-
-
 def load_model_and_tokenizer(
     name_or_path: str | Path,
     dtype: torch.dtype = torch.float32,
@@ -298,7 +272,6 @@ def load_model_and_tokenizer(
     return model.to(device), tokenizer
 
 
-ADAPTER_CONFIG = "adapter_config.json"
 
 
 def is_adapter_dir(path: str | Path) -> bool:

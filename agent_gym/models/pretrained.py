@@ -151,7 +151,7 @@ def convert(spec: WheelModel, out_dir: Path) -> Path:
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
-        from agent_gym.models.model_init import save_model
+        from agent_gym.models.saving import save_model
 
         model, tokenizer = _load_gguf(spec, source)
         plain = _plain_copy(model)
