@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import gymnasium as gym
 import pytest
 
 import agent_gym  # noqa: F401 - registers the ids
-from agent_gym.envs.reasoning_math import ReasoningGymChecker, generate_math_tasks
+from agent_gym.envs.reasoning_math import ReasoningGymChecker, generate_math_tasks, score_in_sandbox
+from agent_gym.error import InvalidValue
 from agent_gym.evaluation import evaluate, summarize
 from agent_gym.policies import make_policy
+from agent_gym.tools.sandbox import SandboxLimits
 
 reasoning_gym = pytest.importorskip("reasoning_gym", reason="AgentR1-Math-v0 needs reasoning-gym (agent-gym[math])")
 
@@ -54,6 +57,47 @@ def test_a_scorer_that_evaluates_answers_runs_them_in_the_sandbox(tmp_path: Path
     assert verdict.details["scored_in"] in ("sandbox", "refused") and verdict.score < 1.0  # never "process"
     assert not target.exists()
     assert checker(task.answers[0]).score == 1.0
+
+
+@pytest.mark.parametrize("family", ["bitwise_arithmetic", "polynomial_multiplication"])
+def test_the_right_answer_scores_one_where_the_scorer_evaluates_or_generation_follows_the_hash_seed(
+        family: str) -> None:
+    # bitwise_arithmetic's scorer evals its own question (hex, shifts): a literal-only eval refused it; the sandbox
+    # regenerated polynomial_multiplication's question under another hash seed (it iterates a set of monomials)
+    task = generate_math_tasks((family,), size=2)[0]
+    verdict = task.checker(task.answers[0])
+    assert verdict.score == 1.0, verdict.details
+
+
+@pytest.mark.slow
+def test_every_familys_oracle_answer_scores_one() -> None:
+    from reasoning_gym.factory import DATASETS
+
+    tasks, without_answers = [], []
+    for family in sorted(set(DATASETS) - {"composite"}):  # composite needs the families it mixes
+        try:
+            tasks += generate_math_tasks([family], size=1, seed=5)
+        except InvalidValue as error:
+            assert "gives no reference answer" in str(error), (family, error)
+            without_answers.append(family)
+    assert len(tasks) > 90 and len(without_answers) < 10
+    scores = {task.kind: task.checker(task.answers[0]).score for task in tasks if task.checker.in_process}
+    # the rest in one sandbox run (one import of reasoning-gym), through the scorer program every checker runs
+    in_sandbox = [task for task in tasks if not task.checker.in_process]
+    verdicts = score_in_sandbox([(task.checker, task.answers[0]) for task in in_sandbox],
+                                SandboxLimits(wall_s=400, cpu_s=300, memory_mb=4096))
+    scores.update({task.kind: verdict.score for task, verdict in zip(in_sandbox, verdicts, strict=True)})
+    assert {family: score for family, score in scores.items() if score != 1.0} == {}
+
+
+@pytest.mark.parametrize("answer", ["9**9**9**9", "factorial(10**9)", "(10**9)!", "x**(9^9^9)", "N(pi, 10**8)"])
+def test_an_answer_too_large_to_compute_is_refused_before_the_scorer_runs(answer: str) -> None:
+    (task,) = generate_math_tasks(["countdown"], size=1, seed=0)  # sympy computes the answer's numbers exactly
+    started = time.perf_counter()
+    verdict = task.checker(answer)
+    assert verdict.score == 0.0 and verdict.details["scored_in"] == "refused"
+    assert "too large to score" in verdict.details["error"]
+    assert time.perf_counter() - started < 2.0  # a guard, not a benchmark: no sandbox starts (it took ~45 s)
 
 
 def test_oracle_scores_one_and_random_scores_little() -> None:

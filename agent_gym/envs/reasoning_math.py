@@ -13,17 +13,26 @@ comparison). Families that override it may parse the answer with code that evalu
 ``parse_expr`` does, in ``countdown`` and ``polynomial_multiplication``), so their answers are scored in the
 sandbox, at about 2 s a score (the import of reasoning-gym). The answer reaches that scorer only as data, so no
 code of the agent's runs in the process that reports the score: where the scorer parses it with sympy, the
-env's process first checks it is a plain math expression (:mod:`agent_gym.envs.answer_gate`) and scores anything
-else 0; where the scorer calls ``eval`` on it, that ``eval`` reads literals only.
+env's process first checks it is a plain math expression of bounded size (:mod:`agent_gym.envs.answer_gate`:
+``9**9**9**9`` or ``factorial(10**9)`` would cost the scorer its whole CPU limit) and scores anything else 0;
+where the scorer calls ``eval``, that ``eval`` reads literals and arithmetic on numbers only, with every
+result's size bounded (reasoning-gym's ``bitwise_arithmetic`` evaluates its own question that way).
+
+The checker holds the entry it scores against, generated once where the tasks are drawn: some families'
+generation depends on Python's per-process hash seed (``polynomial_multiplication`` iterates a set of
+monomials), so the same dataset index regenerated in another process (the scoring sandbox, a vector env's
+worker) can be another question.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import inspect
 import json
 import math
+import pickle
 import re
 import secrets
 from collections.abc import Mapping, Sequence
@@ -39,7 +48,8 @@ from agent_gym.tools.run_python import PythonTool
 from agent_gym.tools.sandbox import Sandbox, SandboxLimits
 from agent_gym.validation import require_int
 
-__all__ = ["make_math_env", "generate_math_tasks", "ReasoningGymChecker", "DEFAULT_FAMILIES", "MATH_INSTRUCTION"]
+__all__ = ["make_math_env", "generate_math_tasks", "ReasoningGymChecker", "score_in_sandbox", "DEFAULT_FAMILIES",
+           "MATH_INSTRUCTION"]
 
 DEFAULT_FAMILIES = ("basic_arithmetic", "chain_sum", "gsm_symbolic", "gcd", "lcm", "fraction_simplification",
                     "prime_factorization", "simple_equations")
@@ -87,20 +97,74 @@ def _parses_with_sympy(family: str) -> bool:
     return re.search(r"\b(parse_expr|sympify|simplify|S)\(", source) is not None
 
 
-# The scorer's own `eval` (some families call it on the answer) reads literals only: an answer is data there.
+# The scorer's own `eval` (some families call it on the answer, bitwise_arithmetic on its question) reads
+# literals and arithmetic on numbers only, each result at most _MAX_BITS bits: an answer is data there.
 _SCORER = r'''
-import ast, json, os, sys
+import ast, base64, json, math, operator, os, pickle, sys
 import reasoning_gym
 
-spec = json.loads({spec!r})
-dataset = reasoning_gym.create_dataset(spec["family"], **spec["config"])
-entry = dataset[spec["index"]]
-sys.modules[type(dataset).__module__].eval = ast.literal_eval
-try:
-    score, error = float(dataset.score_answer(spec["answer"], entry)), None
-except Exception as caught:
-    score, error = 0.0, f"{{type(caught).__name__}}: {{caught}}"[:300]
-os.write(3, (json.dumps({{"kind": "score", "score": score, "error": error, "nonce": {nonce!r}}}) + "\n").encode())
+_MAX_BITS = 100_000
+_NUMBERS = (int, float, complex)
+_BINARY = {{ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+           ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
+           ast.BitOr: operator.or_, ast.BitXor: operator.xor}}
+_UNARY = {{ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Invert: operator.invert, ast.Not: operator.not_}}
+
+
+def _bits(value):
+    return abs(value).bit_length() if isinstance(value, int) else 0
+
+
+def _value(node):
+    if isinstance(node, ast.Constant) and (node.value is None or type(node.value) in (*_NUMBERS, bool, str, bytes)):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        items = [_value(item) for item in node.elts]
+        return {{ast.List: list, ast.Tuple: tuple, ast.Set: set}}[type(node)](items)
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        return {{_value(key): _value(item) for key, item in zip(node.keys, node.values)}}
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        operand = _value(node.operand)
+        if isinstance(operand, _NUMBERS):
+            return _UNARY[type(node.op)](operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _value(node.left), _value(node.right)
+        if isinstance(left, _NUMBERS) and isinstance(right, _NUMBERS):
+            if isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 \
+                    and right * math.log2(abs(left)) > _MAX_BITS:
+                raise ValueError("a power beyond the size limit")
+            if isinstance(node.op, ast.LShift) and isinstance(right, int) and right + _bits(left) > _MAX_BITS:
+                raise ValueError("a shift beyond the size limit")
+            result = _BINARY[type(node.op)](left, right)
+            if _bits(result) > _MAX_BITS:
+                raise ValueError("a result beyond the size limit")
+            return result
+    raise ValueError("eval here reads literals and arithmetic on numbers only")
+
+
+def _arithmetic_eval(source, *_namespaces):
+    if not isinstance(source, str):
+        raise TypeError("eval here reads text only")
+    return _value(ast.parse(source.strip(), mode="eval").body)
+
+
+with open("spec.json", encoding="utf-8") as handle:
+    items = json.load(handle)
+datasets = {{}}
+for position, item in enumerate(items):
+    try:
+        key = (item["family"], json.dumps(item["config"], sort_keys=True))
+        if key not in datasets:
+            datasets[key] = reasoning_gym.create_dataset(item["family"], **item["config"])
+        dataset = datasets[key]
+        entry = pickle.loads(base64.b64decode(item["entry"]))
+        sys.modules[type(dataset).__module__].eval = _arithmetic_eval
+        score, error = float(dataset.score_answer(item["answer"], entry)), None
+    except Exception as caught:
+        score, error = 0.0, f"{{type(caught).__name__}}: {{caught}}"[:300]
+    record = {{"kind": "score", "position": position, "score": score, "error": error, "nonce": {nonce!r}}}
+    os.write(3, (json.dumps(record) + "\n").encode())
 '''
 
 
@@ -108,35 +172,61 @@ os.write(3, (json.dumps({{"kind": "score", "score": score, "error": error, "nonc
 class ReasoningGymChecker:
     """``checker(answer) -> CheckResult``: reasoning-gym's ``score_answer`` of the family for entry ``index``.
 
-    Holds only the dataset's recipe (family, config, index), so it pickles; the entry is regenerated where it is
-    scored. A ``score_answer`` that raises on a malformed answer scores 0, and so does an answer that a scorer
-    which evaluates it would run as code (``details["scored_in"] == "refused"``).
+    Holds the dataset's recipe (family, config, index) and the entry itself, pickled, as generated where the
+    tasks were drawn: regenerating it elsewhere can give another question (see the module's docstring). A
+    ``score_answer`` that raises on a malformed answer scores 0, and so does an answer that a scorer which
+    evaluates it would run as code, or whose value is too large to compute (``details["scored_in"] ==
+    "refused"``).
     """
 
     family: str
     config_json: str
     index: int
     in_process: bool
+    entry_pickle: bytes = b""
+
+    def _entry(self) -> Any:
+        if self.entry_pickle:
+            return pickle.loads(self.entry_pickle)  # pickled by generate_math_tasks, never by the agent
+        return _dataset(self.family, self.config_json)[self.index]
 
     def __call__(self, answer: str) -> CheckResult:
         if self.in_process:
             dataset = _dataset(self.family, self.config_json)
             try:
-                score, error = float(dataset.score_answer(answer, dataset[self.index])), None
+                score, error = float(dataset.score_answer(answer, self._entry())), None
             except Exception as caught:  # noqa: BLE001 - reasoning-gym raises on answers it cannot parse
                 score, error = 0.0, f"{type(caught).__name__}: {caught}"[:300]
             return _verdict(score, error, "process")
-        refusal = answer_gate.refusal(answer) if _parses_with_sympy(self.family) else None
+        return score_in_sandbox([(self, answer)])[0]
+
+
+def score_in_sandbox(pairs: Sequence[tuple[ReasoningGymChecker, str]],
+                     limits: SandboxLimits = SCORING_LIMITS) -> list[CheckResult]:
+    """Score each (checker, answer) with reasoning-gym's scorer in one sandbox run (one import of reasoning-gym),
+    whatever the checker's ``in_process``; an answer the gate refuses scores 0 without reaching it."""
+    verdicts: list[CheckResult | None] = [None] * len(pairs)
+    items, positions = [], []
+    for position, (checker, answer) in enumerate(pairs):
+        refusal = answer_gate.refusal(answer) if _parses_with_sympy(checker.family) else None
         if refusal:
-            return _verdict(0.0, refusal, "refused")
+            verdicts[position] = _verdict(0.0, refusal, "refused")
+            continue
+        entry = checker.entry_pickle or pickle.dumps(checker._entry())
+        items.append({"family": checker.family, "config": json.loads(checker.config_json),
+                      "entry": base64.b64encode(entry).decode("ascii"), "answer": answer})
+        positions.append(position)
+    if items:
         nonce = secrets.token_hex(16)
-        spec = {"family": self.family, "config": json.loads(self.config_json), "index": self.index,
-                "answer": answer}
-        run = Sandbox(SCORING_LIMITS, site_packages=True).run(_SCORER.format(spec=json.dumps(spec), nonce=nonce))
-        records = [record for record in run.reports if record.get("kind") == "score" and record.get("nonce") == nonce]
-        if not records:
-            return _verdict(0.0, f"the scorer did not finish: {run.summary()}", "sandbox")
-        return _verdict(records[-1].get("score"), records[-1].get("error"), "sandbox")
+        run = Sandbox(limits, site_packages=True).run(_SCORER.format(nonce=nonce),
+                                                       files={"spec.json": json.dumps(items)})
+        records = {record["position"]: record for record in run.reports if record.get("kind") == "score"
+                   and record.get("nonce") == nonce and type(record.get("position")) is int}
+        for index, position in enumerate(positions):
+            record = records.get(index)
+            verdicts[position] = (_verdict(record.get("score"), record.get("error"), "sandbox") if record else
+                                  _verdict(0.0, f"the scorer did not finish: {run.summary()}", "sandbox"))
+    return [verdict for verdict in verdicts if verdict is not None]
 
 
 def _verdict(score: Any, error: str | None, scored_in: str) -> CheckResult:
@@ -202,12 +292,15 @@ def generate_math_tasks(tasks: Sequence[str] | Mapping[str, Mapping[str, Any]] |
             if question not in seen and in_test_split(question, TEST_FRACTION) == want_test:
                 break
         seen.add(question)
+        if entry.get("answer") is None:
+            raise InvalidValue(f"reasoning-gym family {family!r} gives no reference answer (its scorer checks a "
+                               "solution some other way), so the math env cannot score it; choose another family")
         answer = str(entry["answer"])
         result.append(Task(
             id=f"math-{split}-s{seed}-{len(result)}", question=question, answers=(answer,),
             decomposition=(Hop("Print the answer.", answer, f"print({answer!r})"),), kind=family,
             metadata={"family": family, "index": index},
-            checker=ReasoningGymChecker(family, config_json, index, in_process),
+            checker=ReasoningGymChecker(family, config_json, index, in_process, pickle.dumps(entry)),
         ))
     return result
 
