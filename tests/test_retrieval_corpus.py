@@ -130,6 +130,17 @@ def test_docstore_returns_each_document_by_row(tmp_path: Path) -> None:
     store.close()  # idempotent
 
 
+def test_docstore_packs_its_offsets_in_four_bytes_and_still_reads_eight_byte_ones(tmp_path: Path) -> None:
+    import numpy as np
+
+    DocStore.write(DOCS, tmp_path)
+    assert np.load(tmp_path / DocStore.OFFSETS).dtype == np.uint32
+    expected = list(DocStore(tmp_path))
+    # A store written before the packing (uint64 offsets) reads the same.
+    np.save(tmp_path / DocStore.OFFSETS, np.load(tmp_path / DocStore.OFFSETS).astype(np.uint64))
+    assert list(DocStore(tmp_path)) == expected == list(DOCS)
+
+
 def test_docstore_row_out_of_range_raises_index_error(tmp_path: Path) -> None:
     DocStore.write(DOCS, tmp_path)
     with pytest.raises(IndexError, match="out of range"):

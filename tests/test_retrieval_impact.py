@@ -17,7 +17,14 @@ pytest.importorskip("numba")
 from agent_gym.retrieval_index.base import RetrievalError  # noqa: E402
 from agent_gym.retrieval_index.bm25 import EnglishAnalyzer  # noqa: E402
 from agent_gym.retrieval_index.corpus import Document  # noqa: E402
-from agent_gym.retrieval_index.impact import ImpactBM25, Vocabulary, lucene_norm_length  # noqa: E402
+from agent_gym.retrieval_index.impact import (  # noqa: E402
+    _ARRAYS,
+    ImpactBM25,
+    IndexFormatError,
+    Vocabulary,
+    decode_postings,
+    lucene_norm_length,
+)
 
 WORDS = ["river", "city", "born", "year", "film", "director", "music", "band", "album", "school", "war",
          "king", "queen", "island", "lake", "mountain", "river", "river", "city", "city", "born"]
@@ -64,22 +71,76 @@ class _Exhaustive:
         return [(self.ids[row], -negative) for negative, row in scored[:k]]
 
 
-@pytest.mark.parametrize(("seed", "count"), [(0, 3000), (1, 3000), (2, 20000)])
-def test_impact_search_equals_exhaustive_bm25(seed: int, count: int) -> None:
-    # 20,000 documents span several of the kernel's 4,096-row windows, sparse and dense ones.
-    docs = _corpus(count, seed)
-    reference = _Exhaustive(docs)
+def _queries(seed: int, count: int = 40) -> list[str]:
     rng = random.Random(seed + 100)
-    queries = [" ".join(rng.choice(WORDS + ["rare3", "rare7", "unknownword"]) for _ in range(rng.randint(1, 8)))
-               for _ in range(40)]
+    return [" ".join(rng.choice(WORDS + ["rare3", "rare7", "unknownword"]) for _ in range(rng.randint(1, 8)))
+            for _ in range(count)]
+
+
+def _quantized_exhaustive(retriever: ImpactBM25, query: str, k: int) -> list[tuple[int, float]]:
+    """Every row's score summed from the decoded (dequantized) postings, ties to the lower row."""
+    arrays = dict(zip(_ARRAYS, retriever._arrays, strict=True))
+    scores = np.zeros(len(retriever._docs))
+    for term in retriever._term_ids(query):
+        rows, values = decode_postings(arrays, term)
+        scores[rows] += values
+    order = np.lexsort((np.arange(len(scores)), -scores))[:k]
+    return [(int(row), float(scores[row])) for row in order if scores[row] > 0]
+
+
+@pytest.mark.parametrize(("seed", "count", "block"), [(0, 3000, 65536), (1, 3000, 4096), (2, 20000, 4096),
+                                                      (3, 20000, 65536), (4, 140_000, 65536)])
+def test_compressed_search_returns_exactly_the_top_k_of_the_quantized_scores(seed: int, count: int, block: int) -> None:
+    # The kernel decodes the segments as it gallops: its top k is the exhaustive top k of the same (quantized)
+    # impacts. 20,000 rows in blocks of 4,096 and 140,000 in blocks of 65,536 span several segments a list.
+    docs = _corpus(count, seed)
+    queries = _queries(seed)
+    with ImpactBM25.from_documents(docs, block=block) as retriever:
+        results = retriever.search(queries, k=10)
+        for query, hits in zip(queries, results, strict=True):
+            expected = _quantized_exhaustive(retriever, query, 10)
+            assert [hit.score for hit in hits] == pytest.approx([score for _, score in expected], rel=1e-5)
+            # Same scores; the ids agree except where float rounding reorders exact ties.
+            exact = {docs[row].id for row, score in expected if score > expected[-1][1] * (1 + 1e-5)}
+            assert exact <= {hit.id for hit in hits}
+
+
+def _long_corpus(count: int, seed: int) -> list[Document]:
+    """Documents of 1-400 words, common words repeated up to 30 times: more distinct impacts than a byte codes."""
+    rng = random.Random(seed)
+    docs = []
+    for row in range(count):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(1, 400))]
+        words += [rng.choice(WORDS[:3])] * rng.randint(0, 30)
+        docs.append(Document(id=f"d{row}", title=f"T{row}", text=" ".join(words)))
+    return docs
+
+
+@pytest.mark.parametrize(("seed", "count", "long"), [(0, 3000, False), (1, 3000, False), (2, 20000, False),
+                                                     (5, 3000, True)])
+def test_impact_search_is_exhaustive_bm25_within_the_codes_tolerance(seed: int, count: int, long: bool) -> None:
+    # A term with at most 256 distinct impacts is coded exactly: the scores are BM25's. One with more is coded
+    # on 256 levels: a score is within score_tolerance(query), and the exact top k is returned but for rows
+    # within twice that of the k-th score.
+    docs = (_long_corpus if long else _corpus)(count, seed)
+    reference = _Exhaustive(docs)
+    queries = _queries(seed)
     with ImpactBM25.from_documents(docs) as retriever:
         results = retriever.search(queries, k=10)
-    for query, hits in zip(queries, results, strict=True):
-        expected = reference.search(query, 10)
-        assert [hit.score for hit in hits] == pytest.approx([score for _, score in expected], rel=1e-5)
-        # Same scores; the ids agree except where float rounding reorders exact ties.
-        exact = {doc_id for doc_id, score in expected if score > expected[-1][1] * (1 + 1e-5)}
-        assert exact <= {hit.id for hit in hits}
+        tolerances = [retriever.score_tolerance(query) for query in queries]
+    assert (max(tolerances) > 0) == long
+    for query, hits, tolerance in zip(queries, results, tolerances, strict=True):
+        everything = reference.search(query, len(docs))
+        exact_score = dict(everything)
+        expected = everything[:10]
+        if not expected:  # only words outside the corpus
+            assert hits == []
+            continue
+        assert tolerance < 0.01 * expected[0][1]  # a small fraction of a score
+        for hit in hits:
+            assert abs(hit.score - exact_score[hit.id]) <= tolerance + 1e-5 * exact_score[hit.id]
+        clear = {doc_id for doc_id, score in expected if score > expected[-1][1] * (1 + 1e-5) + 2 * tolerance}
+        assert clear <= {hit.id for hit in hits}
 
 
 def test_impact_ties_rank_in_corpus_order() -> None:
@@ -188,3 +249,41 @@ def test_without_the_compiled_module_the_jit_kernel_answers_the_same(tmp_path) -
                                timeout=300, env=environment)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "True"
+
+
+def test_an_index_of_the_uncompressed_format_is_refused_with_the_rebuild_command(tmp_path) -> None:
+    # Indexes written before compression (format 1: int32 rows, float32 impacts) must not be read as format 2.
+    import json
+
+    from agent_gym.retrieval_index.build import build_index, open_index
+    from agent_gym.retrieval_index.corpus import write_corpus
+
+    corpus = tmp_path / "corpus.jsonl"
+    write_corpus(_corpus(50, 8), corpus)
+    index = tmp_path / "idx"
+    build_index(corpus, index, "impact", show_progress=False)
+    params_file = index / "impact" / "params.json"
+    params = json.loads(params_file.read_text())
+    params["format"] = 1
+    params_file.write_text(json.dumps(params))
+    for name in _ARRAYS:
+        (index / "impact" / f"{name}.npy").unlink()
+    for name in ("offsets", "postings", "impacts", "term_max"):
+        np.save(index / "impact" / f"{name}.npy", np.zeros(3))
+    with pytest.raises(IndexFormatError, match=rf"format 1 .*Rebuild it: agent-gym index build --corpus {corpus} "
+                                               rf"--backend impact --out {index}"):
+        open_index(index)
+    with pytest.raises(IndexFormatError, match="Rebuild it: agent-gym index build"):
+        ImpactBM25.open(index)
+
+
+def test_compressed_postings_take_three_bytes_a_posting(tmp_path) -> None:
+    docs = _corpus(20000, 9)  # each title a word of its own: 20,000 one-posting lists
+    ImpactBM25.build(docs, tmp_path, show_progress=False)
+    folder = tmp_path / "impact"
+    arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
+    postings, terms = len(arrays["low"]), len(arrays["term_max"])
+    assert (arrays["low"].dtype, arrays["quant"].dtype) == (np.uint16, np.uint8)
+    size = sum((folder / f"{name}.npy").stat().st_size for name in _ARRAYS)
+    uncompressed = 8 * postings + 12 * terms  # format 1: int32 rows, float32 impacts, offsets and maxima
+    assert size < 0.8 * uncompressed

@@ -90,31 +90,64 @@ def _offer_new(
     return _offer(heap_scores, heap_rows, size, k, score, row)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _seek(
+    seg_pos: np.ndarray, seg_row: np.ndarray, low: np.ndarray, position: int, seg: int, seg_stop: int, end: int,
+    target: int,
+) -> tuple[int, int]:
+    """Move a list's cursor (posting ``position`` in segment ``seg``) to its first row ``>= target``.
+
+    A segment holds the list's rows of one block (``seg_row[seg]`` + 16-bit offsets): the blocks wholly
+    below ``target`` are skipped by their start rows, then the offsets are galloped. The cursor stays
+    normalized: a position at the end of a segment moves on to the next one.
+    """
+    if position >= end:
+        return position, seg
+    moved = False
+    while seg + 1 < seg_stop and seg_row[seg + 1] <= target:
+        seg += 1
+        moved = True
+    if moved:
+        position = seg_pos[seg]
+    stop = seg_pos[seg + 1]
+    position = _advance(low, position, stop, target - seg_row[seg])
+    if position == stop and seg + 1 < seg_stop:
+        seg += 1
+    return position, seg
+
+
 @numba.njit(cache=True, nogil=True, fastmath={"nnan", "ninf", "nsz"})
 def _add_window(
-    postings: np.ndarray, impacts: np.ndarray, start: int, end: int, base: int, limit: int, scale: float,
+    seg_pos: np.ndarray, seg_row: np.ndarray, low: np.ndarray, quant: np.ndarray, position: int, seg: int,
+    seg_stop: int, end: int, base: int, block_base: int, codebook: np.ndarray, code_base: int, weight: float,
     buffer: np.ndarray, largest: float,
-) -> tuple[int, float]:
-    """Add one list's postings with rows in ``[base, limit)`` into the window buffer; return where the list
-    stops and the largest sum seen. The stop is found by galloping first, so the add loop tests nothing else."""
-    stop = _advance(postings, start, end, limit)
-    factor = np.float32(scale)
+) -> tuple[int, int, float]:
+    """Add one list's postings with rows in the window ``[base, base + _WINDOW)`` into the window buffer; return
+    where the list stops (position, segment) and the largest sum seen. The window lies in one block
+    (``block_base`` its first row), so in at most one segment; its end is found by galloping first, so the add
+    loop tests nothing else. A posting adds ``codebook[code_base + quant] * weight`` (its impact, weighted)."""
+    if position >= end or seg_row[seg] != block_base:
+        return position, seg, largest  # the list's next row lies in a later block
+    segment_end = seg_pos[seg + 1]
+    offset = base - block_base
+    stop = _advance(low, position, segment_end, offset + _WINDOW)
+    factor = np.float32(weight)
     # Four running maxima: one would chain every add on the latency of the previous max (measured: the
     # loop ran at ~1.5 ns a posting with one, cache-resident or not).
     top0 = top1 = top2 = top3 = np.float32(0.0)
-    at = start
+    at = position
     while at + 4 <= stop:
-        offset0 = postings[at] - base
-        value0 = buffer[offset0] + impacts[at] * factor
+        offset0 = np.int64(low[at]) - offset
+        value0 = buffer[offset0] + codebook[code_base + np.int64(quant[at])] * factor
         buffer[offset0] = value0
-        offset1 = postings[at + 1] - base
-        value1 = buffer[offset1] + impacts[at + 1] * factor
+        offset1 = np.int64(low[at + 1]) - offset
+        value1 = buffer[offset1] + codebook[code_base + np.int64(quant[at + 1])] * factor
         buffer[offset1] = value1
-        offset2 = postings[at + 2] - base
-        value2 = buffer[offset2] + impacts[at + 2] * factor
+        offset2 = np.int64(low[at + 2]) - offset
+        value2 = buffer[offset2] + codebook[code_base + np.int64(quant[at + 2])] * factor
         buffer[offset2] = value2
-        offset3 = postings[at + 3] - base
-        value3 = buffer[offset3] + impacts[at + 3] * factor
+        offset3 = np.int64(low[at + 3]) - offset
+        value3 = buffer[offset3] + codebook[code_base + np.int64(quant[at + 3])] * factor
         buffer[offset3] = value3
         top0 = max(top0, value0)
         top1 = max(top1, value1)
@@ -122,13 +155,15 @@ def _add_window(
         top3 = max(top3, value3)
         at += 4
     while at < stop:
-        offset0 = postings[at] - base
-        value0 = buffer[offset0] + impacts[at] * factor
+        offset0 = np.int64(low[at]) - offset
+        value0 = buffer[offset0] + codebook[code_base + np.int64(quant[at])] * factor
         buffer[offset0] = value0
         top0 = max(top0, value0)
         at += 1
     largest = max(largest, max(max(top0, top1), max(top2, top3)))
-    return stop, largest
+    if stop == segment_end and seg + 1 < seg_stop:
+        seg += 1
+    return stop, seg, largest
 
 
 @numba.njit(cache=True, nogil=True)
@@ -154,10 +189,15 @@ def _sift_down(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int) -> Non
 @numba.njit(cache=True, nogil=True)
 def _search_one(
     terms: np.ndarray,
-    offsets: np.ndarray,
-    postings: np.ndarray,
-    impacts: np.ndarray,
+    term_segs: np.ndarray,
+    seg_pos: np.ndarray,
+    seg_row: np.ndarray,
+    low: np.ndarray,
+    quant: np.ndarray,
+    term_code: np.ndarray,
+    codebook: np.ndarray,
     term_max: np.ndarray,
+    block: int,
     k: int,
     out_rows: np.ndarray,
     out_scores: np.ndarray,
@@ -183,15 +223,22 @@ def _search_one(
         upper[i] = term_max[merged[i]] * multiplier[i]
     order = np.argsort(upper, kind="mergesort")
     m = unique
+    # A list's cursor: its posting ``position`` in segment ``seg`` (segments ``seg < seg_stop``), its end.
     position = np.empty(m, dtype=np.int64)
+    seg = np.empty(m, dtype=np.int64)
+    seg_stop = np.empty(m, dtype=np.int64)
     end = np.empty(m, dtype=np.int64)
+    code_base = np.empty(m, dtype=np.int64)  # a posting's impact: codebook[code_base + quant]
     weight = np.empty(m, dtype=np.float64)
     bound = np.empty(m, dtype=np.float64)  # bound[i]: sum of upper[order[0..i]]
     running = 0.0
     for slot in range(m):
         term = merged[order[slot]]
-        position[slot] = offsets[term]
-        end[slot] = offsets[term + 1]
+        seg[slot] = term_segs[term]
+        seg_stop[slot] = term_segs[term + 1]
+        position[slot] = seg_pos[seg[slot]]
+        end[slot] = seg_pos[seg_stop[slot]]
+        code_base[slot] = term_code[term]
         weight[slot] = multiplier[order[slot]]
         running += upper[order[slot]]
         bound[slot] = running
@@ -212,53 +259,60 @@ def _search_one(
     filled = 0
     for i in range(chosen):
         slot = by_length[i]
-        for at in range(position[slot], end[slot]):
-            gathered[filled] = postings[at]
-            filled += 1
+        for segment in range(seg[slot], seg_stop[slot]):
+            for at in range(seg_pos[segment], seg_pos[segment + 1]):
+                gathered[filled] = seg_row[segment] + np.int64(low[at])
+                filled += 1
     seeded = np.unique(gathered)
     cursor = position.copy()
+    cursor_seg = seg.copy()
     for row in seeded:
         score = 0.0
         for slot in range(m):
-            at = _advance(postings, cursor[slot], end[slot], row)
+            at, segment = _seek(seg_pos, seg_row, low, cursor[slot], cursor_seg[slot], seg_stop[slot], end[slot], row)
             cursor[slot] = at
-            if at < end[slot] and postings[at] == row:
-                score += impacts[at] * weight[slot]
+            cursor_seg[slot] = segment
+            if at < end[slot] and seg_row[segment] + np.int64(low[at]) == row:
+                score += codebook[code_base[slot] + np.int64(quant[at])] * weight[slot]
         size = _offer(heap_scores, heap_rows, size, k, score, row)
     threshold = heap_scores[0] if size == k else -1.0  # BM25 weights are positive
     first_essential = 0
     while size == k and first_essential < m and bound[first_essential] < threshold:
         first_essential += 1
-    # Windows of rows, each started at the next row of an "essential" list (one whose words can
-    # still lift a document past the k-th score). The essential lists are added into a dense
-    # window buffer, term at a time: a sequential add costs about a nanosecond per posting, a
+    # Windows of rows, each the aligned _WINDOW rows holding the next row of an "essential" list (one
+    # whose words can still lift a document past the k-th score). The essential lists are added into a
+    # dense window buffer, term at a time: a sequential add costs about a nanosecond per posting, a
     # galloping lookup ten or more. Rows that only the other lists touch score at most their
-    # summed maxima, below the k-th score, so they never need scoring.
+    # summed maxima, below the k-th score, so they never need scoring. A window never straddles two
+    # blocks (_WINDOW divides ``block``), so each list adds from one segment.
     no_row = np.int64(1) << 40
     window_start = np.empty(m, dtype=np.int64)
     while first_essential < m:
         base = no_row
         for slot in range(first_essential, m):
-            if position[slot] < end[slot] and postings[position[slot]] < base:
-                base = postings[position[slot]]
+            if position[slot] < end[slot]:
+                row = seg_row[seg[slot]] + np.int64(low[position[slot]])
+                if row < base:
+                    base = row
         if base == no_row:
             break
-        limit = base + _WINDOW
+        base -= base % _WINDOW
+        block_base = base - base % block
         essential_count = 0
         largest = np.float32(0.0)  # the window's best sum: scores only grow, so the last value of each row
         for slot in range(first_essential, m):
             window_start[slot] = position[slot]
-            at, largest = _add_window(postings, impacts, position[slot], end[slot], base, limit, weight[slot],
-                                      buffer, largest)
-            essential_count += at - window_start[slot]
-            position[slot] = at
+            position[slot], seg[slot], largest = _add_window(
+                seg_pos, seg_row, low, quant, position[slot], seg[slot], seg_stop[slot], end[slot], base,
+                block_base, codebook, code_base[slot], weight[slot], buffer, largest)
+            essential_count += position[slot] - window_start[slot]
         if essential_count * _SPARSE_RATIO < _WINDOW:
             # Few rows: score each, in row order, with galloping lookups into the other lists.
             candidates = np.empty(essential_count, dtype=np.int64)
             filled = 0
             for slot in range(first_essential, m):
                 for at in range(window_start[slot], position[slot]):
-                    candidates[filled] = postings[at]
+                    candidates[filled] = block_base + np.int64(low[at])
                     filled += 1
             candidates.sort()
             for row in candidates:
@@ -269,17 +323,20 @@ def _search_one(
                 for slot in range(first_essential - 1, -1, -1):
                     if score + bound[slot] < threshold:
                         break
-                    at = _advance(postings, position[slot], end[slot], row)
+                    at, segment = _seek(seg_pos, seg_row, low, position[slot], seg[slot], seg_stop[slot], end[slot],
+                                        row)
                     position[slot] = at
-                    if at < end[slot] and postings[at] == row:
-                        score += impacts[at] * weight[slot]
+                    seg[slot] = segment
+                    if at < end[slot] and seg_row[segment] + np.int64(low[at]) == row:
+                        score += codebook[code_base[slot] + np.int64(quant[at])] * weight[slot]
                 size = _offer_new(heap_scores, heap_rows, size, k, score, row, seeded)
         else:
             # Dense window: add the other lists too, then scan the buffer for rows above the k-th.
             for slot in range(first_essential - 1, -1, -1):
-                at = _advance(postings, position[slot], end[slot], base)
-                position[slot], largest = _add_window(postings, impacts, at, end[slot], base, limit, weight[slot],
-                                                      buffer, largest)
+                at, segment = _seek(seg_pos, seg_row, low, position[slot], seg[slot], seg_stop[slot], end[slot], base)
+                position[slot], seg[slot], largest = _add_window(
+                    seg_pos, seg_row, low, quant, at, segment, seg_stop[slot], end[slot], base, block_base,
+                    codebook, code_base[slot], weight[slot], buffer, largest)
             cutoff = np.float32(heap_scores[0] * _CUTOFF_SLACK) if size == k else np.float32(0.0)
             # Once the k-th score is settled, most windows hold no row above it: only the others are
             # walked row by row.
@@ -315,26 +372,39 @@ def _search_one(
 def search_batch(
     query_terms: np.ndarray,
     query_starts: np.ndarray,
-    offsets: np.ndarray,
-    postings: np.ndarray,
-    impacts: np.ndarray,
+    term_segs: np.ndarray,
+    seg_pos: np.ndarray,
+    seg_row: np.ndarray,
+    low: np.ndarray,
+    quant: np.ndarray,
+    term_code: np.ndarray,
+    codebook: np.ndarray,
     term_max: np.ndarray,
+    block: int,
     k: int,
     out_rows: np.ndarray,
     out_scores: np.ndarray,
     out_counts: np.ndarray,
 ) -> None:
-    """Top ``k`` rows and scores of each query (its term ids are ``query_terms[starts[q]:starts[q+1]]``)."""
+    """Top ``k`` rows and scores of each query (its term ids are ``query_terms[starts[q]:starts[q+1]]``).
+
+    The postings (see :mod:`agent_gym.retrieval_index.impact`): term ``t``'s segments are
+    ``term_segs[t] .. term_segs[t+1]``; segment ``s`` holds postings ``seg_pos[s] .. seg_pos[s+1]``, rows
+    ``seg_row[s] + low[i]`` (``seg_row[s]`` a multiple of ``block``), impacts ``codebook[term_code[t] +
+    quant[i]]``; ``term_max[t]`` is the largest.
+    """
     buffer = np.zeros(_WINDOW, dtype=np.float32)
     for query in range(len(query_starts) - 1):
         terms = query_terms[query_starts[query] : query_starts[query + 1]]
         out_counts[query] = _search_one(
-            terms, offsets, postings, impacts, term_max, k, out_rows[query], out_scores[query], buffer
+            terms, term_segs, seg_pos, seg_row, low, quant, term_code, codebook, term_max, block, k,
+            out_rows[query], out_scores[query], buffer,
         )
 
 
 # The kernel's array types, as :func:`agent_gym.retrieval_index.impact.ImpactBM25` passes them.
-SIGNATURE = "void(i4[::1], i8[::1], i8[::1], i4[::1], f4[::1], f4[::1], i8, i4[:,::1], f4[:,::1], i4[::1])"
+SIGNATURE = ("void(i4[::1], i8[::1], i8[::1], i8[::1], i8[::1], u2[::1], u1[::1], i8[::1], f4[::1], f4[::1], i8, i8, "
+             "i4[:,::1], f4[:,::1], i4[::1])")
 
 
 def build_extension(out_dir: str, name: str) -> None:

@@ -172,7 +172,8 @@ _REBUILD = "rebuild the index with `agent-gym index build --corpus CORPUS --out 
 class DocStore(Sequence[Document]):
     """Documents on disk, fetched by row number through a memory map.
 
-    Layout: ``docs.jsonl`` (our shape) and ``docs.offsets.npy`` (``n + 1`` byte offsets).
+    Layout: ``docs.jsonl`` (our shape) and ``docs.offsets.npy`` (``n + 1`` byte offsets: uint32 where the
+    data is under 4 GiB, else uint64).
     Reading is thread-safe: nothing but the read-only maps is shared.
     """
 
@@ -219,7 +220,10 @@ class DocStore(Sequence[Document]):
                 line = json.dumps({"id": doc.id, "title": doc.title, "text": doc.text}, ensure_ascii=False)
                 handle.write(line.encode("utf-8") + b"\n")
                 offsets.append(handle.tell())
-        np.save(directory / DocStore.OFFSETS, np.asarray(offsets, dtype=np.uint64))
+        # 4 bytes an offset where the data fits in 4 GiB (a search touches the offsets of every hit, so they
+        # count in its RSS); 8 beyond. Readers take either (stores written before this have 8 everywhere).
+        width = np.uint32 if offsets[-1] < 2**32 else np.uint64
+        np.save(directory / DocStore.OFFSETS, np.asarray(offsets, dtype=width))
         return len(offsets) - 1
 
     def __len__(self) -> int:

@@ -9,6 +9,16 @@ looked up, by galloping search, for documents the others already make promising.
 exactly the exhaustive top ``k`` (ties to the lower row, as in Lucene); on questions whose rare
 words name the answer, most of the long posting lists of common words are never read.
 
+The postings are compressed (format 2, about 3 bytes a posting where format 1 took 8): rows are cut
+into blocks of 65,536; a term's list is a run of segments, one per block it occurs in, each the block's
+first row and 16-bit offsets from it; each impact is a one-byte code into its term's codebook. A term
+with at most 256 distinct impacts (most: BM25's impact depends on the term frequency and Lucene's
+one-byte length only) is coded exactly; one with more gets 256 levels evenly spaced over its
+``[min, max]``, so its weight is within ``(max - min) / 510`` of exact BM25
+(:meth:`ImpactBM25.score_tolerance` bounds a query's error). The kernel returns exactly the top ``k`` of
+the coded scores, decoding as it gallops: a cursor skips whole blocks by their first rows, then gallops
+the offsets. Indexes of format 1 are refused with the command that rebuilds them.
+
 Why this engine is the default (``benchmarks/retrieval.py``, steady-state batches, same thread
 count as Pyserini): see :data:`agent_gym.retrieval_index.bm25.DEFAULT_BM25_BACKEND`.
 
@@ -54,14 +64,24 @@ from agent_gym.retrieval_index.corpus import DocStore, Document, make_hits
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ImpactBM25", "NumbaUnavailableError", "Vocabulary", "lucene_norm_length", "numba_available"]
+__all__ = ["ImpactBM25", "IndexFormatError", "NumbaUnavailableError", "Vocabulary", "lucene_norm_length",
+           "numba_available"]
 
 INSTALL_HINT = "pip install numba"
-_FORMAT = 1
+_FORMAT = 2  # 1: int32 rows and float32 impacts; 2: segments of 16-bit row offsets, 8-bit impacts
+BLOCK = 1 << 16  # rows per block: a segment's rows are its block's first row plus 16-bit offsets
+_LEVELS = 255  # the largest one-byte code: a term's codebook has at most 256 values
+_ARRAYS = {"term_segs": np.int64, "seg_pos": np.int64, "seg_row": np.int64, "low": np.uint16, "quant": np.uint8,
+           "term_code": np.int64, "codebook": np.float32, "term_max": np.float32}
+_NAMES = tuple(_ARRAYS)
 
 
 class NumbaUnavailableError(RetrievalError, ImportError):
     """The impact engine needs numba, which is not installed."""
+
+
+class IndexFormatError(RetrievalError):
+    """An impact index written in a format this version does not read (an earlier agent-gym's); rebuild it."""
 
 
 def numba_available() -> bool:
@@ -179,17 +199,108 @@ def _read_only(values: np.ndarray, dtype: type) -> np.ndarray:
     return values
 
 
+def compress_postings(
+    offsets: np.ndarray, postings: np.ndarray, impacts: np.ndarray, block: int = BLOCK
+) -> dict[str, np.ndarray]:
+    """The kernel's arrays (format 2) for posting lists given as ``offsets`` (term -> range), rows and impacts.
+
+    Rows are split into blocks of ``block`` (a power of two from 4,096 to 65,536): one segment per term and
+    block it occurs in, holding the block's first row and 16-bit offsets. Impacts become one-byte codes into
+    the term's codebook (``term_code[t]`` its start): the term's distinct impacts where it has at most 256,
+    which is exact (BM25's impact depends on the term frequency and the one-byte length only, so most terms
+    have few), else 256 levels evenly spaced over its ``[min, max]``, each impact rounded to the nearest.
+    ``term_max`` is each term's largest codebook value.
+    """
+    if block & (block - 1) or not 4096 <= block <= 1 << 16:
+        raise InvalidValue(f"block must be a power of two from 4096 to 65536, got {block}")
+    offsets = np.asarray(offsets, dtype=np.int64)
+    postings = np.asarray(postings, dtype=np.int64)
+    impacts = np.asarray(impacts, dtype=np.float32)
+    n_terms, total = len(offsets) - 1, len(postings)
+    term_of = np.repeat(np.arange(n_terms, dtype=np.int64), np.diff(offsets))
+    blocks = postings // block
+    starts = np.ones(total, dtype=bool)
+    starts[1:] = (term_of[1:] != term_of[:-1]) | (blocks[1:] != blocks[:-1])
+    seg_first = np.flatnonzero(starts)
+    seg_pos = np.append(seg_first, total).astype(np.int64)
+    seg_row = (blocks[seg_first] * block).astype(np.int64)
+    term_segs = np.searchsorted(term_of[seg_first], np.arange(n_terms + 1), side="left").astype(np.int64)
+    low = (postings - blocks * block).astype(np.uint16)
+    del blocks, starts, seg_first
+    # Each term's distinct impacts, in order: rank among them is the code of an exactly coded term.
+    order = np.lexsort((impacts, term_of))
+    sorted_terms, sorted_values = term_of[order], impacts[order]
+    new_value = np.ones(total, dtype=bool)
+    new_value[1:] = (sorted_terms[1:] != sorted_terms[:-1]) | (sorted_values[1:] != sorted_values[:-1])
+    distinct_id = np.cumsum(new_value) - 1
+    distinct_term, distinct_value = sorted_terms[new_value], sorted_values[new_value]
+    distinct_start = np.zeros(n_terms + 1, dtype=np.int64)
+    np.cumsum(np.bincount(distinct_term, minlength=n_terms), out=distinct_start[1:])
+    distinct_count = np.diff(distinct_start)
+    exact = distinct_count <= _LEVELS + 1
+    sizes = np.where(exact, distinct_count, _LEVELS + 1)
+    term_code = np.zeros(n_terms + 1, dtype=np.int64)
+    np.cumsum(sizes, out=term_code[1:])
+    codebook = np.zeros(int(term_code[-1]), dtype=np.float32)
+    kept = exact[distinct_term]
+    codebook[term_code[distinct_term[kept]] + (np.flatnonzero(kept) - distinct_start[distinct_term[kept]])] = (
+        distinct_value[kept])
+    codes = distinct_id - distinct_start[sorted_terms]
+    del distinct_id, new_value, distinct_value
+    if not exact.all():
+        # Terms with more distinct impacts than a byte holds: 256 levels evenly spaced over [min, max].
+        term_min = np.where(exact, 0.0, sorted_values[np.minimum(offsets[:-1], max(total - 1, 0))].astype(np.float64))
+        term_top = np.where(exact, 0.0, sorted_values[np.maximum(offsets[1:] - 1, 0)].astype(np.float64))
+        step = (term_top - term_min) / _LEVELS
+        wide = np.flatnonzero(~exact)
+        levels = term_min[wide, None] + step[wide, None] * np.arange(_LEVELS + 1)
+        codebook[(term_code[wide, None] + np.arange(_LEVELS + 1)).ravel()] = levels.ravel()
+        rounded = ~exact[sorted_terms]
+        scale = step[sorted_terms[rounded]]
+        codes[rounded] = np.clip(np.rint(np.divide(
+            sorted_values[rounded] - term_min[sorted_terms[rounded]], scale, out=np.zeros(len(scale)),
+            where=scale > 0)), 0, _LEVELS)
+        del rounded, scale
+    quant = np.empty(total, dtype=np.uint8)
+    quant[order] = codes
+    del order, codes, sorted_terms, sorted_values, term_of
+    term_max = np.maximum.reduceat(codebook, term_code[:-1]) if len(codebook) else np.zeros(n_terms)
+    return {"term_segs": term_segs, "seg_pos": seg_pos, "seg_row": seg_row, "low": low, "quant": quant,
+            "term_code": term_code, "codebook": codebook, "term_max": term_max.astype(np.float32)}
+
+
+def decode_postings(arrays: dict[str, np.ndarray], term: int) -> tuple[np.ndarray, np.ndarray]:
+    """A term's rows and impacts, decoded from the compressed arrays: the reference the kernel's decoding is
+    tested against."""
+    rows, values = [], []
+    code_base = int(arrays["term_code"][term])
+    for segment in range(int(arrays["term_segs"][term]), int(arrays["term_segs"][term + 1])):
+        span = slice(int(arrays["seg_pos"][segment]), int(arrays["seg_pos"][segment + 1]))
+        rows.append(int(arrays["seg_row"][segment]) + arrays["low"][span].astype(np.int64))
+        values.append(arrays["codebook"][code_base + arrays["quant"][span].astype(np.int64)].astype(np.float64))
+    return np.concatenate(rows), np.concatenate(values)
+
+
 def warm_up() -> None:
     """Compile (or load from cache) the search kernel now, on a two-document toy index."""
-    offsets = _read_only(np.array([0, 2]), np.int64)
-    postings = _read_only(np.array([0, 1]), np.int32)
-    impacts = _read_only(np.array([1.0, 0.5]), np.float32)
-    term_max = _read_only(np.array([1.0]), np.float32)
+    arrays = {name: _read_only(values, _ARRAYS[name]) for name, values in
+              compress_postings(np.array([0, 2]), np.array([0, 1]), np.array([1.0, 0.5])).items()}
     rows = np.empty((1, 1), dtype=np.int32)
     scores = np.empty((1, 1), dtype=np.float32)
     counts = np.empty(1, dtype=np.int32)
-    _kernel()(np.array([0], dtype=np.int32), np.array([0, 1], dtype=np.int64), offsets, postings, impacts,
-              term_max, 1, rows, scores, counts)
+    _kernel()(np.array([0], dtype=np.int32), np.array([0, 1], dtype=np.int64), *(arrays[name] for name in _ARRAYS),
+              BLOCK, 1, rows, scores, counts)
+
+
+def _rebuild_command(directory: Path) -> str:
+    """The ``agent-gym index build`` command that rebuilds the index in ``directory`` (from its manifest)."""
+    from agent_gym.retrieval_index.manifest import Manifest, build_command
+
+    try:
+        manifest = Manifest.read(directory)
+    except (OSError, ValueError, RetrievalError):
+        return build_command("CORPUS.jsonl", "impact", directory)
+    return build_command(manifest.corpus_path, manifest.backend, directory)
 
 
 class Vocabulary:
@@ -274,11 +385,15 @@ class Vocabulary:
 
 
 class ImpactBM25(Retriever):
-    """BM25 (Lucene's formula and English analysis) over precomputed impacts, MaxScore-pruned, exact.
+    """BM25 (Lucene's formula and English analysis) over precomputed impacts, MaxScore-pruned, compressed.
 
-    Files in ``out_dir/impact``: ``offsets.npy`` (term -> posting range), ``postings.npy`` (rows,
-    int32), ``impacts.npy`` (weights, float32), ``term_max.npy``, the vocabulary (see
-    :class:`Vocabulary`) and ``params.json``. Everything is memory-mapped when opened from disk.
+    Files in ``out_dir/impact``: the compressed postings (:func:`compress_postings`: ``term_segs.npy``,
+    ``seg_pos.npy``, ``seg_row.npy``, ``low.npy``, ``quant.npy``, ``term_code.npy``, ``codebook.npy``,
+    ``term_max.npy``), the vocabulary (see :class:`Vocabulary`) and ``params.json``. Everything is
+    memory-mapped when opened from disk.
+
+    ``threads``: queries of a batch are split across this many threads (the kernel releases the GIL);
+    default: the CPUs this process may run on.
     """
 
     name = "impact"
@@ -294,11 +409,8 @@ class ImpactBM25(Retriever):
         threads: int | None = None,
     ):
         self._kernel = _kernel()
-        self._offsets, self._postings, self._impacts, self._term_max = (
-            _read_only(arrays[name], dtype)
-            for name, dtype in (("offsets", np.int64), ("postings", np.int32), ("impacts", np.float32),
-                                ("term_max", np.float32))
-        )
+        self._arrays = tuple(_read_only(arrays[name], dtype) for name, dtype in _ARRAYS.items())
+        self._block = int(params.get("block", BLOCK))
         self._vocab = vocab
         self.k1, self.b = float(params["k1"]), float(params["b"])
         self._analyzer = EnglishAnalyzer(params.get("stemmer", "porter"), standard_tokens=True)
@@ -306,11 +418,22 @@ class ImpactBM25(Retriever):
         self._threads = threads or default_threads()
         warm_up()
 
+    def score_tolerance(self, query: str) -> float:
+        """A bound on how far a score of ``query`` is from exact BM25: half a level's step for each query word
+        coded on evenly spaced levels (``(max - min) / 510``), nothing for the exactly coded ones."""
+        term_code, codebook = self._arrays[_NAMES.index("term_code")], self._arrays[_NAMES.index("codebook")]
+        bound = 0.0
+        for term in self._term_ids(query):
+            start, stop = int(term_code[term]), int(term_code[term + 1])
+            if stop - start == _LEVELS + 1:  # perhaps levels (a term with exactly 256 impacts is exact anyway)
+                bound += (float(codebook[start:stop].max()) - float(codebook[start:stop].min())) / (2 * _LEVELS)
+        return bound
+
     # ----------------------------------------------------------------------------------- building
 
     @staticmethod
     def _index(
-        docs: Iterable[Document], k1: float, b: float, stemmer: str, show_progress: bool
+        docs: Iterable[Document], k1: float, b: float, stemmer: str, show_progress: bool, block: int = BLOCK
     ) -> tuple[dict[str, np.ndarray], Vocabulary, int]:
         """Arrays of the index, its vocabulary, and the document count."""
         analyzer = EnglishAnalyzer(stemmer, standard_tokens=True)
@@ -347,11 +470,8 @@ class ImpactBM25(Retriever):
         norm = k1 * (1.0 - b + b * lucene_norm_length(length) / avgdl)
         tf = tf.astype(np.float64)
         impacts = (idf[term_of] * tf / (tf + norm[postings])).astype(np.float32)
-        del term_of, tf
-        term_max = np.maximum.reduceat(impacts, offsets[:-1]) if len(impacts) else np.zeros(0, np.float32)
-        arrays = {"offsets": offsets, "postings": postings, "impacts": impacts,
-                  "term_max": term_max.astype(np.float32)}
-        return arrays, vocab, n_docs
+        del term_of, tf, norm
+        return compress_postings(offsets, postings, impacts, block), vocab, n_docs
 
     @classmethod
     def from_documents(
@@ -362,11 +482,14 @@ class ImpactBM25(Retriever):
         b: float = 0.75,
         stemmer: str = "porter",
         show_progress: bool = False,
+        block: int = BLOCK,
+        threads: int | None = None,
     ) -> ImpactBM25:
-        """An in-memory index over ``docs``."""
+        """An in-memory index over ``docs`` (``block``: rows per block, see :func:`compress_postings`)."""
         docs = documents_list(docs)
-        arrays, vocab, _ = cls._index(docs, k1, b, stemmer, show_progress)
-        return cls(arrays, vocab, {"k1": k1, "b": b, "stemmer": stemmer, "salt": vocab.salt}, docs)
+        arrays, vocab, _ = cls._index(docs, k1, b, stemmer, show_progress, block)
+        return cls(arrays, vocab, {"k1": k1, "b": b, "stemmer": stemmer, "salt": vocab.salt, "block": block}, docs,
+                   threads=threads)
 
     @classmethod
     def build(
@@ -379,6 +502,7 @@ class ImpactBM25(Retriever):
         stemmer: str = "porter",
         store_docs: bool = True,
         show_progress: bool = True,
+        block: int = BLOCK,
     ) -> None:
         """Write the index (``out_dir/impact``) and, unless ``store_docs=False``, a document store.
 
@@ -386,7 +510,7 @@ class ImpactBM25(Retriever):
         whole corpus are held in memory while sorting (about 40 bytes per token).
         """
         out_dir = Path(out_dir)
-        arrays, vocab, n_docs = cls._index(docs, k1, b, stemmer, show_progress)
+        arrays, vocab, n_docs = cls._index(docs, k1, b, stemmer, show_progress, block)
         index_dir = out_dir / cls.SUBDIR
         if index_dir.exists():
             shutil.rmtree(index_dir)
@@ -394,23 +518,34 @@ class ImpactBM25(Retriever):
         for name, values in arrays.items():
             np.save(index_dir / f"{name}.npy", values)
         vocab.save(index_dir)
-        params = {"format": _FORMAT, "k1": k1, "b": b, "stemmer": stemmer, "documents": n_docs, "salt": vocab.salt}
+        params = {"format": _FORMAT, "k1": k1, "b": b, "stemmer": stemmer, "documents": n_docs, "salt": vocab.salt,
+                  "block": block}
         (index_dir / "params.json").write_text(json.dumps(params))
         if store_docs:
             DocStore.write(docs, out_dir)
 
     @classmethod
-    def open(cls, directory: str | os.PathLike[str], docs: Sequence[Document] | None = None) -> ImpactBM25:
-        """Open an index written by :meth:`build`, its arrays memory-mapped."""
+    def open(
+        cls, directory: str | os.PathLike[str], docs: Sequence[Document] | None = None, *, threads: int | None = None
+    ) -> ImpactBM25:
+        """Open an index written by :meth:`build`, its arrays memory-mapped.
+
+        Raises:
+            IndexFormatError: the index was written by an earlier version in another format; the message
+                gives the ``agent-gym index build`` command that rebuilds it.
+        """
         index_dir = Path(directory) / cls.SUBDIR
         if not (index_dir / "params.json").is_file():
             raise FileNotFoundError(f"no impact index in {index_dir}")
         params = json.loads((index_dir / "params.json").read_text())
-        arrays = {}
-        for name in ("offsets", "postings", "impacts", "term_max"):
-            arrays[name] = np.load(index_dir / f"{name}.npy", mmap_mode="r")  # numba reads the map, no copy
+        if params.get("format") != _FORMAT:
+            raise IndexFormatError(
+                f"the impact index in {index_dir} is in format {params.get('format')} (an earlier agent-gym's, "
+                f"8 bytes a posting); this version reads format {_FORMAT} (compressed postings). Rebuild it: "
+                f"{_rebuild_command(Path(directory))}")
+        arrays = {name: np.load(index_dir / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}  # no copy
         vocab = Vocabulary.load(index_dir, int(params.get("salt", 0)))
-        return cls(arrays, vocab, params, docs if docs is not None else DocStore(directory))
+        return cls(arrays, vocab, params, docs if docs is not None else DocStore(directory), threads=threads)
 
     # ------------------------------------------------------------------------------------ search
 
@@ -427,8 +562,8 @@ class ImpactBM25(Retriever):
         rows = np.empty((len(queries), k), dtype=np.int32)
         scores = np.empty((len(queries), k), dtype=np.float32)
         counts = np.empty(len(queries), dtype=np.int32)
-        self._kernel(np.asarray(flat, dtype=np.int32), np.asarray(starts, dtype=np.int64), self._offsets,
-                     self._postings, self._impacts, self._term_max, k, rows, scores, counts)
+        self._kernel(np.asarray(flat, dtype=np.int32), np.asarray(starts, dtype=np.int64), *self._arrays,
+                     self._block, k, rows, scores, counts)
         return [make_hits(self._docs, rows[i, : counts[i]].tolist(), scores[i, : counts[i]].tolist())
                 for i in range(len(queries))]
 
