@@ -5,12 +5,14 @@ costs are its own), after Pyserini in the same repeat; the order of the backends
 repeats. In each process: open the index (imports included), time the first query, warm up with
 batches for ``--warmup-seconds`` (Lucene's JIT keeps speeding up for seconds), then run batches of
 every query (top-10) for at least ``--seconds`` and count queries per second; then single-query
-latency (p50/p99) over the queries. All backends search with ``--threads`` threads (Pyserini's
-``batch_search(threads=...)``, our engines' thread pools), and each search process is pinned to that
-many CPUs (``--no-pin`` lifts it: the JVM then runs its JIT and garbage collector on the other cores).
-The ratio of a backend is its batch q/s over Pyserini's in the same repeat; the table gives the
-median over ``--repeats`` and the range. Engines with a compiled kernel (impact, bm25s-numba) are
-also opened once in a process with empty kernel caches: the first process on a machine.
+latency (p50/p99) over the queries. Every corpus is measured once per CPU count of ``--cpus`` (default
+1 and 2): with ``c`` CPUs each backend searches with ``c`` threads, its own way (Pyserini's
+``batch_search(threads=c)``; the impact engine splits a batch's queries across ``c`` threads, its kernel
+releasing the GIL), and each search process is pinned to ``c`` CPUs (``--no-pin`` lifts it: the JVM then
+runs its JIT and garbage collector on the other cores). The ratio of a backend is its batch q/s over
+Pyserini's in the same repeat and CPU count; the table gives the median over ``--repeats`` and the range.
+Engines with a compiled kernel (impact, bm25s-numba) are also opened once in a process with empty kernel
+caches: the first process on a machine.
 
 Memory: peak RSS of the search process, and its split at the end into anonymous memory (the
 process: interpreter, JVM heap, buffers) and file-backed pages (the memory-mapped index pages it
@@ -26,12 +28,12 @@ Corpora (indexes are built once and cached under ``--cache-dir``; a killed run r
   MuSiQue samples, plus pages made of sentences drawn from them, to 100,000 documents; the
   samples' 1,154 questions.
 
-    python benchmarks/retrieval.py                                  # every corpus, 3 repeats
-    python benchmarks/retrieval.py --corpus synthetic-100k --backends pyserini,impact,tantivy,bm25s-numba
+    python benchmarks/retrieval.py                                  # every corpus, 1 and 2 CPUs, 3 repeats
+    python benchmarks/retrieval.py --corpus synthetic-100k --backends pyserini,impact,tantivy,bm25s-numba --cpus 1
 
-Writes ``benchmarks/results/retrieval.json``: one record per corpus and backend (``corpus``,
-``docs``, ``backend``, ``repeats``, ``ratio_median``, ``ratio_min``, ``ratio_max``, ``overlap``,
-``memory_ratio`` and the raw figures).
+Writes ``benchmarks/results/retrieval.json``: one record per corpus, backend and CPU count (``corpus``,
+``docs``, ``backend``, ``cpus``, ``repeats``, ``ratio_median``, ``ratio_min``, ``ratio_max``, ``overlap``,
+``memory_ratio``, ``p50_ms``/``p99_ms`` of single queries, ``build_s``, ``index_mb`` and the raw figures).
 """
 
 from __future__ import annotations
@@ -390,6 +392,16 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _stale_index(backend: str, workdir: Path) -> bool:
+    """Whether a cached index was written in a format the engine no longer reads (impact before compression)."""
+    if backend != "impact":
+        return False
+    from agent_gym.retrieval_index import impact
+
+    params = workdir / f"index-{backend}" / "impact" / "params.json"
+    return not params.is_file() or json.loads(params.read_text()).get("format") != impact._FORMAT
+
+
 def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -> tuple[list[dict], str]:
     cache = Path(args.cache_dir)
     workdir = prepare_corpus(name, cache, args.queries)
@@ -398,6 +410,9 @@ def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -
     builds: dict[str, dict] = {}
     for backend in backends:
         marker = workdir / f"index-{backend}.build.json"
+        if marker.is_file() and _stale_index(backend, workdir):
+            _log(f"{name}: the cached {backend} index is in an earlier format; rebuilding it")
+            marker.unlink()
         if not marker.is_file():
             _log(f"{name}: building {backend} over {docs:,} documents ...")
             built = _run_worker("build", backend, workdir, args)
@@ -448,6 +463,7 @@ def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -
             "docs": docs,
             "queries": len(queries),
             "backend": backend,
+            "cpus": args.threads,
             "repeats": len(ratios),
             "ratio_median": statistics.median(ratios) if ratios else None,
             "ratio_min": min(ratios) if ratios else None,
@@ -483,8 +499,8 @@ def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -
 def _table(name: str, docs: int, queries: int, records: list[dict], load_start: tuple, load_end: tuple,
            args: argparse.Namespace) -> str:
     lines = [
-        f"### {name}: {docs:,} documents, {queries:,} queries, top-{K}, {args.threads} thread(s), "
-        f"{'pinned to as many CPUs, ' if args.pin else ''}"
+        f"### {name}: {docs:,} documents, {queries:,} queries, top-{K}, {args.threads} search thread(s) each, "
+        f"{f'pinned to {args.threads} CPU(s), ' if args.pin else 'unpinned, '}"
         f"{args.repeats} repeats of >= {args.seconds:g} s after {args.warmup_seconds:g} s warm-up; "
         f"load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end",
         "",
@@ -519,9 +535,11 @@ def _write_results(records: list[dict], path: Path) -> None:
             existing = json.loads(path.read_text())
         except ValueError:
             existing = []
-    fresh = {(r["corpus"], r["backend"]) for r in records}
-    merged = [r for r in existing if (r.get("corpus"), r.get("backend")) not in fresh] + records
-    merged.sort(key=lambda r: (CORPORA.index(r["corpus"]) if r["corpus"] in CORPORA else 99, r["corpus"],
+    for record in existing:  # records from before the two-core rows: one thread, pinned to one CPU
+        record.setdefault("cpus", record.get("pinned_cpus") or record.get("threads") or 1)
+    fresh = {(r["corpus"], r["backend"], r["cpus"]) for r in records}
+    merged = [r for r in existing if (r.get("corpus"), r.get("backend"), r.get("cpus")) not in fresh] + records
+    merged.sort(key=lambda r: (CORPORA.index(r["corpus"]) if r["corpus"] in CORPORA else 99, r["corpus"], r["cpus"],
                                BACKENDS.index(r["backend"]) if r["backend"] in BACKENDS else 99))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(merged, indent=1) + "\n")
@@ -534,7 +552,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0, help="steady-state seconds timed per process")
     parser.add_argument("--warmup-seconds", type=float, default=5.0, help="batches run before timing")
-    parser.add_argument("--threads", type=int, default=1, help="search threads of every backend")
+    parser.add_argument("--cpus", default="1,2",
+                        help="comma-separated CPU counts, a table each: with c CPUs every backend searches with c "
+                             "threads, pinned to c CPUs (default: 1,2)")
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)  # a worker's: set from --cpus
     parser.add_argument("--no-pin", dest="pin", action="store_false",
                         help="let each search process use every CPU (by default it is pinned to --threads CPUs)")
     parser.add_argument("--latency-queries", type=int, default=1000, help="queries timed one at a time")
@@ -549,8 +570,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.repeats < 1 or args.seconds <= 0 or args.threads < 1:
-        parser.error("--repeats and --threads must be >= 1 and --seconds > 0")
+    try:
+        args.cpu_counts = [int(count) for count in args.cpus.split(",") if count.strip()]
+    except ValueError:
+        parser.error(f"--cpus takes comma-separated CPU counts, got {args.cpus!r}")
+    available = len(os.sched_getaffinity(0))
+    if args.repeats < 1 or args.seconds <= 0 or args.threads < 1 or not args.cpu_counts or min(args.cpu_counts) < 1:
+        parser.error("--repeats and --cpus must be >= 1 and --seconds > 0")
+    if not args.worker and max(args.cpu_counts) > available:
+        parser.error(f"--cpus {args.cpus}: this process may run on {available} CPU(s) only")
     return args
 
 
@@ -573,11 +601,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tables = []
     for name in corpora:
-        records, table = benchmark_corpus(name, backends, args)
-        print(table + "\n", flush=True)
-        tables.append(table)
-        if not args.no_write and records:
-            _write_results(records, Path(args.results))
+        for cpus in args.cpu_counts:
+            args.threads = cpus
+            records, table = benchmark_corpus(name, backends, args)
+            print(table + "\n", flush=True)
+            tables.append(table)
+            if not args.no_write and records:
+                _write_results(records, Path(args.results))
     print(f"cpus: {len(os.sched_getaffinity(0))}, python {sys.version.split()[0]}")
     return 0
 
