@@ -70,6 +70,10 @@ class _Refused(Exception):
     """What makes an answer too costly to compute."""
 
 
+class _Unreadable(Exception):
+    """An answer the size check's parser does not read (sympy may still: the tokens decide then)."""
+
+
 class _Size:
     """A number known only by an upper bound on its size in bits (too large, or irrational: ``sqrt(2)``)."""
 
@@ -91,10 +95,10 @@ def _too_costly(answer: str) -> str | None:
     try:
         parser.answer()
         if parser.position != len(tokens):
-            raise ValueError(f"unexpected {parser.peek()!r}")
+            raise _Unreadable(f"unexpected {parser.peek()!r}")
     except _Refused as refusal:
         return str(refusal)
-    except (RecursionError, IndexError, ValueError):
+    except (RecursionError, IndexError, ValueError, _Unreadable):
         if any(token in ("**", "^", "!", "factorial", "N") for token in tokens):
             return "its numbers could not be sized and it computes powers or factorials"
     return None
@@ -137,7 +141,7 @@ class _Parser:
             self.take()
             values.append(self.expr())
         if self.peek() is not None and self.peek() != ")":
-            raise ValueError(f"unexpected {self.peek()!r}")
+            raise _Unreadable(f"unexpected {self.peek()!r}")
         return values[0] if len(values) == 1 else _SYMBOLIC
 
     def expr(self) -> object:
@@ -185,7 +189,7 @@ class _Parser:
         if token == "(":
             value = self.answer()
             if self.take() != ")":
-                raise ValueError("unbalanced parenthesis")
+                raise _Unreadable("unbalanced parenthesis")
             return value
         if token[0].isdigit() or token[0] == ".":
             return _literal(token)
@@ -198,9 +202,9 @@ class _Parser:
                 self.take()
                 arguments.append(self.expr())
             if self.take() != ")":
-                raise ValueError("unbalanced parenthesis")
+                raise _Unreadable("unbalanced parenthesis")
             return _call(token, arguments)
-        raise ValueError(f"unexpected {token!r}")
+        raise _Unreadable(f"unexpected {token!r}")
 
 
 def _literal(token: str) -> object:

@@ -123,8 +123,9 @@ class SandboxRun:
         exception: the type name of an uncaught exception, if any.
         signal_name: e.g. ``SIGSEGV`` when a signal ended the process.
         wall_s, cpu_s: time taken.
-        isolation: the layers that held (``namespaces``, ``private_view``, ``landlock`` ABI, ``seccomp``), as
-            the launcher reported them before the program ran.
+        isolation: the layers that held (``namespaces``, ``private_view``, ``landlock`` ABI, ``lifetime``: the
+            run dies with its parent and at its own wall limit, ``seccomp``), as the launcher reported them before
+            the program ran.
         reports: the JSON records the program wrote to the report pipe (a harness's results); with
             ``count_asserts``, ``assert_passed`` records only for asserts the source holds, each once, whose
             values satisfy them.
@@ -419,16 +420,20 @@ def _holds(plan: tuple, record: dict[str, Any]) -> bool:
             if not _COMPARISONS[name](left, right):
                 return False
         return True
-    except (KeyError, TypeError, ValueError, RecursionError):
+    except (KeyError, TypeError, ValueError, RecursionError, _NotEncoded):
         return False
 
 
+class _NotEncoded(Exception):
+    """A report's value that :func:`sandbox_child.encode_value` did not write."""
+
+
 def _decode(data: Any, depth: int = 0) -> Any:
-    """The built-in value :func:`sandbox_child.encode_value` wrote; raises ValueError on anything else."""
+    """The built-in value :func:`sandbox_child.encode_value` wrote; raises ``_NotEncoded`` on anything else."""
     if data is None or type(data) in (bool, int, str):
         return data
     if type(data) is not dict or len(data) != 1 or depth > 50:
-        raise ValueError("not an encoded value")
+        raise _NotEncoded("not an encoded value")
     ((tag, payload),) = data.items()
     if tag == "float" and type(payload) is str:
         return float(payload)
@@ -440,7 +445,7 @@ def _decode(data: Any, depth: int = 0) -> Any:
         return _CONTAINERS[tag](_decode(item, depth + 1) for item in payload)
     if tag == "dict" and type(payload) is list:
         return {_decode(key, depth + 1): _decode(item, depth + 1) for key, item in payload}
-    raise ValueError("not an encoded value")
+    raise _NotEncoded("not an encoded value")
 
 
 _CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
