@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -89,24 +90,38 @@ def _step_of(line: str) -> int | None:
         return None
 
 
+def _replace_lines(path: Path, temporary: Path, lines: Sequence[str]) -> None:
+    """Make ``path`` hold ``lines``, all at once: written to ``temporary``, synced, then renamed over ``path``."""
+    try:
+        with temporary.open("w", encoding="utf-8") as handle:
+            handle.writelines(line + "\n" for line in lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
 class MetricsLogger:
     """Appends ``{"step", "time", name: value, ...}`` lines to ``metrics.jsonl``, mirrored to TensorBoard.
 
     On resume from step N, lines logged after step N by the killed run are dropped (and TensorBoard purges
-    them), so each step appears once.
+    them), so each step appears once. The kept lines are written to a temporary file that then replaces the
+    history, so a run killed during that rewrite leaves the whole history, never a truncated one.
     """
 
     def __init__(self, run_dir: str | Path, tensorboard: bool = True, resume_step: int | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
+        rewrite = self.path.with_name(self.path.name + ".tmp")
+        rewrite.unlink(missing_ok=True)  # left by a run killed during its own rewrite; the history is intact
         if resume_step is not None and self.path.exists():
-            kept = [
-                line
-                for line in self.path.read_text(encoding="utf-8").splitlines()
-                if (step := _step_of(line)) is not None and step <= resume_step
-            ]
-            self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+            kept = [line for line in lines if (step := _step_of(line)) is not None and step <= resume_step]
+            if kept != lines:
+                _replace_lines(self.path, rewrite, kept)
         elif resume_step is None and self.path.exists():
             self.path.unlink()  # a fresh run does not mix with an old one's curves
         self._file = self.path.open("a", encoding="utf-8")

@@ -29,7 +29,7 @@ import inspect
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +81,11 @@ from agent_gym.trainers.metrics import MetricsLogger, episode_metrics
 from agent_gym.trainers.packed_forward import packed_logprobs
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 from agent_gym.trainers.run_dir import check_run_dir, clear_run_dir
+from agent_gym.trainers.stop_signals import StopOnSignal, StopRequested, TrainingInterrupted
 from agent_gym.trainers.task_sampler import TaskSampler
 from agent_gym.trainers.trajectory import Trajectory, collate
 
-__all__ = ["TaskSampler", "Trainer", "ValueModel"]
+__all__ = ["TaskSampler", "Trainer", "TrainingInterrupted", "ValueModel"]
 
 StepCallback = Callable[["Trainer", dict[str, float]], None]
 # What a run writes in its output_dir: deleted by --overwrite, so nothing of the old run survives into the new.
@@ -200,6 +201,10 @@ class Trainer:
         self.step = 0
         self.resumed_from: Path | None = None
         self._run_dir_claimed = False
+        # The record of step self.step not yet logged: the starting point's eval ({}), or a step whose eval a
+        # signal cut short. It rides in the checkpoint, so the run that continues logs it.
+        self._unlogged_metrics: dict[str, float] | None = None
+        self._checkpointed: tuple[int, bool, Path] | None = None  # (step, unlogged?, path) of the newest save
 
     # ------------------------------------------------------------------------------------------ setup
 
@@ -628,14 +633,22 @@ class Trainer:
         return episode_metrics(trajectories, prefix="eval")
 
     def train(self, callbacks: Sequence[StepCallback] = ()) -> dict[str, float]:
-        """Run (or resume) training to ``config.total_steps``; returns the last logged metrics."""
+        """Run (or resume) training to ``config.total_steps``; returns the last logged metrics.
+
+        SIGINT or SIGTERM (Ctrl-C, a job scheduler's stop) stops the run where it can save (stop_signals.py): a
+        rollout or an evaluation under way is abandoned, an update under way is finished; then a checkpoint of
+        the last finished step is written and :class:`TrainingInterrupted` raised. Run again, training continues
+        from that checkpoint and the abandoned work is redone as it would have run.
+        """
         config = self.config
         self.maybe_resume()
+        # continuing a step whose record is not logged: its line, if a killed run wrote one, is dropped
+        resume_step = self.step - (self._unlogged_metrics is not None) if self.resumed_from else None
         last: dict[str, float] = {}
         with (
-            MetricsLogger(
-                self.output_dir, config.tensorboard, resume_step=self.step if self.resumed_from else None
-            ) as logger,
+            StopOnSignal() as stop,
+            self._update_finishes_once_begun(stop),
+            MetricsLogger(self.output_dir, config.tensorboard, resume_step=resume_step) as logger,
             tqdm(
                 total=config.total_steps,
                 initial=self.step,
@@ -644,32 +657,85 @@ class Trainer:
                 disable=not config.show_progress,
             ) as bar,
         ):
-            if config.eval_every and self.step == 0:  # the starting point, for "RL improves over the start"
-                logger.log(0, self.evaluate())
-            while self.step < config.total_steps:
-                metrics = self.train_step()
-                if config.eval_every and (
-                    self.step % config.eval_every == 0 or self.step == config.total_steps
-                ):
-                    metrics.update(self.evaluate())
-                logger.log(self.step, metrics)
-                last = metrics
-                bar.update(1)
-                bar.set_postfix(
-                    {
-                        k.split("/")[-1]: f"{metrics[k]:.3f}"
-                        for k in (m.REWARD, m.EM, m.EVAL_EM)
-                        if k in metrics
-                    }
-                )
-                if (
-                    config.save_every and self.step % config.save_every == 0
-                ) or self.step == config.total_steps:
-                    self.save_checkpoint()
-                for callback in callbacks:
-                    callback(self, metrics)
-        self.save_final()
+            try:
+                # step 0's record is the starting point's eval, for "RL improves over the start"
+                while self._unlogged_metrics is not None or self.step < config.total_steps:
+                    if self._unlogged_metrics is None:
+                        metrics = self._train_step_or_undo(stop)
+                        bar.update(1)
+                    else:
+                        metrics = self._unlogged_metrics
+                    if config.eval_every and (
+                        self.step % config.eval_every == 0 or self.step == config.total_steps
+                    ):
+                        metrics.update(self._evaluate_or_undo(stop, metrics))
+                    logger.log(self.step, metrics)
+                    self._unlogged_metrics = None
+                    last = metrics
+                    # train EM and held-out EM side by side, under names that tell them apart
+                    bar.set_postfix(
+                        {
+                            name: f"{metrics[key]:.3f}"
+                            for name, key in (("reward", m.REWARD), ("em", m.EM), ("eval_em", m.EVAL_EM))
+                            if key in metrics
+                        }
+                    )
+                    if self.step == 0:  # the starting point: nothing trained, nothing to save
+                        continue
+                    if (config.save_every and self.step % config.save_every == 0) or self.step == config.total_steps:
+                        self.save_checkpoint()
+                    for callback in callbacks:
+                        callback(self, metrics)
+            except StopRequested as stopped:
+                bar.close()
+                path = self._checkpoint_for_stop()
+                raise TrainingInterrupted(stopped.signal_number, self.step, config.total_steps, path) from None
+            self.save_final()  # a signal during it is too late to stop anything: the run is complete
         return last
+
+    @contextlib.contextmanager
+    def _update_finishes_once_begun(self, stop: StopOnSignal) -> Iterator[None]:
+        """From a step's first optimizer step on, a signal waits for the update to end: a checkpoint never holds
+        half an update."""
+        optimizers = [o for o in (self.optimizer, self.critic_optimizer) if o is not None]
+        handles = [o.register_step_pre_hook(lambda *_: stop.hold()) for o in optimizers]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _train_step_or_undo(self, stop: StopOnSignal) -> dict[str, float]:
+        """`train_step`, abandoned by a signal during its rollout; the rollout's task draws and random numbers are
+        then undone, so the state is the step's start (weights and optimizers change only in the update)."""
+        sampler, rng = self.sampler.state_dict(), capture_rng_state()
+        try:
+            with stop.abortable():
+                return self.train_step()
+        except StopRequested:
+            self.sampler.load_state_dict(sampler)
+            restore_rng_state(rng)
+            raise
+
+    def _evaluate_or_undo(self, stop: StopOnSignal, metrics: dict[str, float]) -> dict[str, float]:
+        """`evaluate`, abandoned by a signal; the step's record then waits, unlogged, in the checkpoint."""
+        rng = capture_rng_state()
+        try:
+            with stop.abortable():
+                return self.evaluate()
+        except StopRequested:
+            restore_rng_state(rng)
+            self._unlogged_metrics = metrics
+            raise
+
+    def _checkpoint_for_stop(self) -> Path:
+        """A checkpoint of the current state: the newest one when it already is that, else a new one."""
+        if self._checkpointed is not None and self._checkpointed[:2] == (
+            self.step, self._unlogged_metrics is not None
+        ):
+            return self._checkpointed[2]
+        tqdm.write(f"saving a checkpoint of step {self.step} before stopping")
+        return self.save_checkpoint()
 
     # ------------------------------------------------------------------------------------------ persistence
 
@@ -709,14 +775,20 @@ class Trainer:
         self.backend.sync_weights(self.model)
 
     def save_checkpoint(self) -> Path:
-        return save_checkpoint(
+        """`state_dict` (with a step record not yet logged, if any) and the policy, in ``checkpoints/step_N``."""
+        state = self.state_dict()
+        if self._unlogged_metrics is not None:
+            state["unlogged_metrics"] = self._unlogged_metrics
+        path = save_checkpoint(
             self.output_dir,
             self.step,
-            self.state_dict(),
+            state,
             self.model,
             self.tokenizer,
             keep=self.config.keep_checkpoints,
         )
+        self._checkpointed = (self.step, self._unlogged_metrics is not None, path)
+        return path
 
     def maybe_resume(self) -> Path | None:
         """Resume per ``config.resume``: auto (latest in output_dir, if any), never, or a checkpoint path.
@@ -739,9 +811,14 @@ class Trainer:
                       hint=", --resume auto to continue it" if latest is not None and not continuing else "")
         if not continuing:
             clear_run_dir(self.output_dir, _RUN_FILES)
+        # a new run's first record is the starting point's eval
+        self._unlogged_metrics = {} if self.config.eval_every and self.step == 0 else None
         if state is not None:
             self.load_state_dict(state)
             self.resumed_from = path
+            self._unlogged_metrics = state.get("unlogged_metrics")
+            if continuing:  # a checkpoint of this run directory: a stop right away need not save another
+                self._checkpointed = (self.step, self._unlogged_metrics is not None, path)
         self._run_dir_claimed = True
         return self.resumed_from
 
