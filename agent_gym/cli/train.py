@@ -68,7 +68,7 @@ def run_train(ns: argparse.Namespace) -> int:
     from agent_gym.trainers import metrics as m
     from agent_gym.trainers.checkpoint import CheckpointError
     from agent_gym.trainers.run_dir import RunDirectoryError
-    from agent_gym.trainers.trainer import Trainer
+    from agent_gym.trainers.trainer import Trainer, TrainingInterrupted
 
     try:
         config = config_from_train_args(ns)
@@ -83,20 +83,40 @@ def run_train(ns: argparse.Namespace) -> int:
     except (AgentGymError, gym.error.Error) as error:  # ConfigError, ModelInitError, the pool's errors
         print(f"agent-gym train: {error}")
         return 2
+    out = Path(config.output_dir)
     try:
         if trainer.maybe_resume() is not None:
             print(f"resumed from step {trainer.step} ({trainer.resumed_from})", flush=True)
+        started = trainer.step
         metrics = trainer.train()
     except (CheckpointError, RunDirectoryError, *pool_errors) as error:
         print(f"agent-gym train: {error}")
         return 2
+    except TrainingInterrupted as stopped:
+        print(f"agent-gym train: {stopped}; {_how_to_continue(config)}", flush=True)
+        return stopped.exit_status
     finally:
         trainer.close()
+    if not metrics:
+        print(f"nothing left to train: the run in {out} already has {trainer.step} of {config.total_steps} steps; "
+              f"its policy is in {out / 'final'}")
+        return 0
     summary = ", ".join(f"{k}={metrics[k]:.3f}" for k in (m.REWARD, m.EM, m.EVAL_EM) if k in metrics)
-    print(
-        f"trained {config.total_steps} steps ({summary}); policy saved to {Path(config.output_dir) / 'final'}"
-    )
+    # a run stopped during an eval and continued may train nothing more, only finish that eval
+    done = f"{trainer.step} steps" if not started else (
+        f"step {trainer.step}" if trainer.step == started + 1 else f"steps {started + 1}-{trainer.step}")
+    done = f"trained {done}" if trainer.step > started else f"evaluated step {trainer.step}"
+    print(f"{done} ({summary}); policy saved to {out / 'final'}")
     return 0
+
+
+def _how_to_continue(config: TrainConfig) -> str:
+    """What continues a run stopped by a signal: the same command, unless its flags start another run."""
+    if config.overwrite:
+        return "run the same command without --overwrite to continue"
+    if config.resume != "auto":
+        return "run the same command with --resume auto to continue"
+    return "run the same command to continue"
 
 
 # ---------------------------------------------------------------------------------------------- sft
@@ -194,8 +214,15 @@ def run_sft(ns: argparse.Namespace) -> int:
                              policy=run.policy, seed=config.seed, policy_options=policy_options)
     if resume_from is None:
         clear_run_dir(out, RUN_FILES)  # only now: --model may be this very directory
-    with user_errors(CheckpointError):
-        losses = train_sft(model, tokenizer, examples, config, output_dir=out, drills=drills)
+    from agent_gym.trainers.stop_signals import TrainingInterrupted
+
+    try:
+        with user_errors(CheckpointError):
+            losses = train_sft(model, tokenizer, examples, config, output_dir=out, drills=drills)
+    except TrainingInterrupted as stopped:
+        again = "without --overwrite " if run.overwrite else ""
+        print(f"agent-gym sft: {stopped}; run the same command {again}to continue", flush=True)
+        return stopped.exit_status
     save_model(model, tokenizer, out)  # weights as readable as their config
     mean_reward = sum(e.reward for e in episodes) / max(1, len(episodes))
     summary: dict[str, Any] = {
@@ -228,6 +255,7 @@ def run_pretrain(ns: argparse.Namespace) -> int:
     from agent_gym.error import AgentGymError
     from agent_gym.trainers.checkpoint import CheckpointError
     from agent_gym.trainers.run_dir import RunDirectoryError
+    from agent_gym.trainers.stop_signals import TrainingInterrupted
     from agent_gym.warmstart.pretrain import PretrainConfig, Pretrainer
 
     try:
@@ -241,6 +269,10 @@ def run_pretrain(ns: argparse.Namespace) -> int:
         scores = pretrainer.train()
     except (CheckpointError, RunDirectoryError) as error:
         raise UsageError(str(error)) from None
+    except TrainingInterrupted as stopped:
+        again = "without --overwrite " if config.overwrite else ""
+        print(f"agent-gym model pretrain: {stopped}; run the same command {again}to continue", flush=True)
+        return stopped.exit_status
     summary = json.dumps({key: round(value, 3) for key, value in scores.items() if key.endswith("exact")})
     print(f"pretrained {config.total_steps} steps; copy skill {summary}; saved to {Path(config.output_dir) / 'final'}")
     return 0

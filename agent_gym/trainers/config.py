@@ -37,8 +37,7 @@ class TrainConfig:
         default="",
         metadata=_help(
             "Policy model: a local Hugging Face directory (e.g. from `agent-gym model init`) or a hub name "
-            "such as "
-            "Qwen/Qwen2.5-3B-Instruct. Required."
+            "such as Qwen/Qwen2.5-3B-Instruct. Must be given, by this flag or as `model:` in the --config file."
         ),
     )
     env_id: str = field(

@@ -18,18 +18,25 @@ __all__ = ["RunDirectoryError", "check_run_dir", "clear_run_dir"]
 
 
 class RunDirectoryError(AgentGymError, FileExistsError):
-    """The output directory already holds another run (or other files) and ``--overwrite`` was not given."""
+    """The output directory already holds another run (or other files) and ``--overwrite`` was not given, or it
+    is a file."""
 
 
 def check_run_dir(
     run_dir: str | Path, *, continuing: bool, overwrite: bool, fresh_flag: str, hint: str = ""
 ) -> None:
-    """Refuse to start a new run in a non-empty ``run_dir`` unless it continues the run there or ``overwrite``.
+    """Refuse to start a new run in a non-empty ``run_dir`` unless it continues the run there or ``overwrite``,
+    and a ``run_dir`` that is a file (or lies under one), whatever the flags.
 
     ``fresh_flag`` names the flag that picks another directory (``--output-dir``, ``--out``); ``hint`` is
     another way out, added to the message.
     """
     path = Path(run_dir)
+    for folder in (path, *path.parents):  # a file where the run directory (or a folder above it) would be
+        if folder.exists():
+            if not folder.is_dir():
+                raise RunDirectoryError(f"{folder} is a file, not a directory; pass a directory as {fresh_flag}")
+            break
     if continuing or overwrite or not path.is_dir():
         return
     entries = sorted(entry.name for entry in path.iterdir())

@@ -25,8 +25,10 @@ from tqdm.auto import tqdm
 
 from agent_gym.models.threads import DEFAULT_TORCH_THREADS
 from agent_gym.trainers.checkpoint import (
+    STATE_FILE,
     CheckpointError,
     capture_rng_state,
+    checkpoint_path,
     latest_checkpoint,
     load_checkpoint,
     restore_rng_state,
@@ -36,6 +38,7 @@ from agent_gym.trainers.config import ConfigError
 from agent_gym.trainers.lr_schedule import lr_lambda
 from agent_gym.trainers.metrics import METRICS_FILE, MetricsLogger
 from agent_gym.trainers.run_dir import check_run_dir, clear_run_dir
+from agent_gym.trainers.stop_signals import StopOnSignal, StopRequested, TrainingInterrupted
 from agent_gym.warmstart.copy_drills import DRILL_FORMS, DrillSource
 from agent_gym.warmstart.copy_skill import copy_skill
 from agent_gym.warmstart.induction import induction_rows, induction_vocab, install_previous_token_head
@@ -202,7 +205,12 @@ class Pretrainer:
         return {f"copy/{name.replace('/', '_')}": value for name, value in scores.items()}
 
     def train(self) -> dict[str, float]:
-        """Run (or resume) to ``total_steps``; returns the last copy-skill measurement."""
+        """Run (or resume) to ``total_steps``; returns the last copy-skill measurement.
+
+        SIGINT or SIGTERM stops the run once the step under way (its measurement included) is done: a
+        checkpoint of it is written and :class:`~agent_gym.trainers.stop_signals.TrainingInterrupted` raised.
+        Run again, it continues from there.
+        """
         config = self.config
         resumed = self._resume()
         if not resumed:
@@ -211,39 +219,47 @@ class Pretrainer:
         last: dict[str, float] = {}
         self.model.train()
         with (
+            StopOnSignal() as stop,
             MetricsLogger(self.output_dir, tensorboard=False, resume_step=self.step if resumed else None) as logger,
             tqdm(total=config.total_steps, initial=self.step, desc="pretrain", unit="step",
                  disable=not config.show_progress) as bar,
         ):
-            while self.step < config.total_steps:
-                started = time.perf_counter()
-                rows = self.rows(self.step)
-                loss = weighted_lm_loss(self.model, rows, self.pad_id)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
-                self.optimizer.step()
-                self.scheduler.step()
-                self.step += 1
-                stage = "induction" if self.step <= config.induction_steps else "drills"
-                metrics = {
-                    f"{stage}/loss": float(loss.detach()),
-                    "pretrain/tokens": float(sum(len(row.input_ids) for row in rows)),
-                    "pretrain/step_seconds": time.perf_counter() - started,
-                    "pretrain/lr": self.scheduler.get_last_lr()[0],
-                }
-                if config.eval_every and (self.step % config.eval_every == 0 or self.step == config.total_steps):
-                    last = self.measure()
-                    metrics.update(last)
-                    self.model.train()
-                logger.log(self.step, metrics)
-                bar.update(1)
-                shown = {"loss": f"{metrics[f'{stage}/loss']:.3f}"}
-                if "copy/min_exact" in last:
-                    shown["min_exact"] = f"{last['copy/min_exact']:.2f}"
-                bar.set_postfix(shown)
-                if (config.save_every and self.step % config.save_every == 0) or self.step == config.total_steps:
-                    self.save_checkpoint()
+            try:
+                while self.step < config.total_steps:
+                    stop.check()  # steps are short: a signal waits for the one under way
+                    started = time.perf_counter()
+                    rows = self.rows(self.step)
+                    loss = weighted_lm_loss(self.model, rows, self.pad_id)
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    self.step += 1
+                    stage = "induction" if self.step <= config.induction_steps else "drills"
+                    metrics = {
+                        f"{stage}/loss": float(loss.detach()),
+                        "pretrain/tokens": float(sum(len(row.input_ids) for row in rows)),
+                        "pretrain/step_seconds": time.perf_counter() - started,
+                        "pretrain/lr": self.scheduler.get_last_lr()[0],
+                    }
+                    if config.eval_every and (self.step % config.eval_every == 0 or self.step == config.total_steps):
+                        last = self.measure()
+                        metrics.update(last)
+                        self.model.train()
+                    logger.log(self.step, metrics)
+                    bar.update(1)
+                    shown = {"loss": f"{metrics[f'{stage}/loss']:.3f}"}
+                    if "copy/min_exact" in last:
+                        shown["min_exact"] = f"{last['copy/min_exact']:.2f}"
+                    bar.set_postfix(shown)
+                    if (config.save_every and self.step % config.save_every == 0) or self.step == config.total_steps:
+                        self.save_checkpoint()
+            except StopRequested as stopped:
+                bar.close()
+                saved = checkpoint_path(self.output_dir, self.step)
+                path = saved if (saved / STATE_FILE).is_file() else self.save_checkpoint()
+                raise TrainingInterrupted(stopped.signal_number, self.step, config.total_steps, path) from None
         self.save_final()
         return last
 

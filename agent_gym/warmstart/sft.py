@@ -103,14 +103,20 @@ def train_sft(
         drills: a :class:`~agent_gym.warmstart.copy_drills.DrillSource`; with ``config.drill_tokens`` > 0, each
             step adds ``drill_weight`` x the loss of that many tokens of pointer drills (drill ``step``).
         output_dir: where checkpoints go (``config.save_every``); a run finds its latest one there and resumes.
+
+    SIGINT or SIGTERM stops the run once the step under way is done: with an ``output_dir``, a checkpoint of it is
+    written (whatever ``save_every``); then :class:`~agent_gym.trainers.stop_signals.TrainingInterrupted` is raised.
     """
     from agent_gym.trainers.checkpoint import (
+        STATE_FILE,
+        checkpoint_path,
         latest_checkpoint,
         load_checkpoint,
         load_trainable_state_dict,
         save_checkpoint,
         trainable_state_dict,
     )
+    from agent_gym.trainers.stop_signals import StopOnSignal, StopRequested, TrainingInterrupted
     from agent_gym.warmstart.lm_loss import WeightedRow, weighted_lm_loss
 
     if not examples:
@@ -153,28 +159,42 @@ def train_sft(
     model.train()
     losses: list[float] = []
     progress = tqdm(total=steps, initial=step, desc="sft", unit="step", disable=not show_progress)
-    while step < steps:
-        epoch, position = divmod(step, steps_per_epoch)
-        order = _epoch_order(len(rows), config.seed, epoch)
-        batch = [rows[i] for i in order[position * config.batch_size : (position + 1) * config.batch_size]]
-        with autocast:
-            loss = weighted_lm_loss(model, batch, pad_id, config.max_length)
-            if config.drill_tokens > 0:
-                drill_rows = drills.rows(step, config.drill_tokens)
-                loss = loss + config.drill_weight * weighted_lm_loss(model, drill_rows, pad_id)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
-        optimizer.step()
-        schedule.step()
-        step += 1
-        losses.append(loss.item())
-        progress.update(1)
-        progress.set_postfix(loss=f"{losses[-1]:.3f}")
-        if output_dir is not None and config.save_every and step % config.save_every == 0 and step < steps:
-            state = {"step": step, "model": trainable_state_dict(model), "optimizer": optimizer.state_dict(),
-                     "scheduler": schedule.state_dict(), "run": run}
-            save_checkpoint(output_dir, step, state, keep=config.keep_checkpoints)
+
+    def save() -> Path:
+        state = {"step": step, "model": trainable_state_dict(model), "optimizer": optimizer.state_dict(),
+                 "scheduler": schedule.state_dict(), "run": run}
+        return save_checkpoint(output_dir, step, state, keep=config.keep_checkpoints)
+
+    with StopOnSignal() as stop:
+        try:
+            while step < steps:
+                stop.check()  # steps are short: a signal waits for the one under way
+                epoch, position = divmod(step, steps_per_epoch)
+                order = _epoch_order(len(rows), config.seed, epoch)
+                batch = [rows[i] for i in order[position * config.batch_size : (position + 1) * config.batch_size]]
+                with autocast:
+                    loss = weighted_lm_loss(model, batch, pad_id, config.max_length)
+                    if config.drill_tokens > 0:
+                        drill_rows = drills.rows(step, config.drill_tokens)
+                        loss = loss + config.drill_weight * weighted_lm_loss(model, drill_rows, pad_id)
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
+                optimizer.step()
+                schedule.step()
+                step += 1
+                losses.append(loss.item())
+                progress.update(1)
+                progress.set_postfix(loss=f"{losses[-1]:.3f}")
+                if output_dir is not None and config.save_every and step % config.save_every == 0 and step < steps:
+                    save()
+        except StopRequested as stopped:
+            progress.close()
+            path = None
+            if output_dir is not None:
+                saved = checkpoint_path(output_dir, step)
+                path = saved if (saved / STATE_FILE).is_file() else save()
+            raise TrainingInterrupted(stopped.signal_number, step, steps, path) from None
     progress.close()
     model.eval()
     return losses
