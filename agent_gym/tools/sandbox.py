@@ -256,8 +256,9 @@ class Sandbox:
         except BaseException:
             _close_all(channels.values())
             raise
-        lock = _lock_directory(directory)
+        lock = None
         try:
+            lock = _lock_directory(directory)  # held while the run lives: the sweep of other processes skips it
             for name, text in {**(files or {}), MAIN_FILE: code}.items():
                 path = Path(directory, name)
                 if path.parent != Path(directory):
@@ -269,7 +270,8 @@ class Sandbox:
             try:
                 _remove_tree(directory)
             finally:
-                os.close(lock)
+                if lock is not None:
+                    os.close(lock)
         if count_asserts:
             run.reports = _counted_asserts(run.reports, sandbox_child.assert_plans(code))
         return run
