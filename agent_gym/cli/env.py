@@ -134,7 +134,8 @@ def add_env_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
                         help="seconds a session may stay silent before it and its env are closed")
     parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
-                        help="largest WebSocket message accepted")
+                        help="largest WebSocket message accepted (RemoteEnv cuts a longer turn, which the env then "
+                             "refuses as over its action limit)")
     add_env_kwargs_arguments(parser)
 
 
