@@ -119,18 +119,18 @@ def _seek(
 @numba.njit(cache=True, nogil=True, fastmath={"nnan", "ninf", "nsz"})
 def _add_window(
     seg_pos: np.ndarray, seg_row: np.ndarray, low: np.ndarray, quant: np.ndarray, position: int, seg: int,
-    seg_stop: int, end: int, base: int, block_base: int, codebook: np.ndarray, code_base: int, weight: float,
-    buffer: np.ndarray, largest: float,
+    seg_stop: int, end: int, base: int, limit: int, block_base: int, codebook: np.ndarray, code_base: int,
+    weight: float, buffer: np.ndarray, largest: float,
 ) -> tuple[int, int, float]:
-    """Add one list's postings with rows in the window ``[base, base + _WINDOW)`` into the window buffer; return
-    where the list stops (position, segment) and the largest sum seen. The window lies in one block
-    (``block_base`` its first row), so in at most one segment; its end is found by galloping first, so the add
-    loop tests nothing else. A posting adds ``codebook[code_base + quant] * weight`` (its impact, weighted)."""
+    """Add one list's postings with rows in the window ``[base, limit)`` into the window buffer; return where the
+    list stops (position, segment) and the largest sum seen. The window lies in one block (``block_base`` its
+    first row), so in at most one segment; its end is found by galloping first, so the add loop tests nothing
+    else. A posting adds ``codebook[code_base + quant] * weight`` (its impact, weighted)."""
     if position >= end or seg_row[seg] != block_base:
         return position, seg, largest  # the list's next row lies in a later block
     segment_end = seg_pos[seg + 1]
     offset = base - block_base
-    stop = _advance(low, position, segment_end, offset + _WINDOW)
+    stop = _advance(low, position, segment_end, limit - block_base)
     factor = np.float32(weight)
     # Four running maxima: one would chain every add on the latency of the previous max (measured: the
     # loop ran at ~1.5 ns a posting with one, cache-resident or not).
@@ -279,12 +279,12 @@ def _search_one(
     first_essential = 0
     while size == k and first_essential < m and bound[first_essential] < threshold:
         first_essential += 1
-    # Windows of rows, each the aligned _WINDOW rows holding the next row of an "essential" list (one
-    # whose words can still lift a document past the k-th score). The essential lists are added into a
+    # Windows of rows, each started at the next row of an "essential" list (one whose words can still
+    # lift a document past the k-th score). The essential lists are added into a
     # dense window buffer, term at a time: a sequential add costs about a nanosecond per posting, a
     # galloping lookup ten or more. Rows that only the other lists touch score at most their
-    # summed maxima, below the k-th score, so they never need scoring. A window never straddles two
-    # blocks (_WINDOW divides ``block``), so each list adds from one segment.
+    # summed maxima, below the k-th score, so they never need scoring. A window ends at its block's end at
+    # the latest, so each list adds from one segment.
     no_row = np.int64(1) << 40
     window_start = np.empty(m, dtype=np.int64)
     while first_essential < m:
@@ -296,15 +296,15 @@ def _search_one(
                     base = row
         if base == no_row:
             break
-        base -= base % _WINDOW
         block_base = base - base % block
+        limit = min(base + _WINDOW, block_base + block)
         essential_count = 0
         largest = np.float32(0.0)  # the window's best sum: scores only grow, so the last value of each row
         for slot in range(first_essential, m):
             window_start[slot] = position[slot]
             position[slot], seg[slot], largest = _add_window(
                 seg_pos, seg_row, low, quant, position[slot], seg[slot], seg_stop[slot], end[slot], base,
-                block_base, codebook, code_base[slot], weight[slot], buffer, largest)
+                limit, block_base, codebook, code_base[slot], weight[slot], buffer, largest)
             essential_count += position[slot] - window_start[slot]
         if essential_count * _SPARSE_RATIO < _WINDOW:
             # Few rows: score each, in row order, with galloping lookups into the other lists.
@@ -335,13 +335,13 @@ def _search_one(
             for slot in range(first_essential - 1, -1, -1):
                 at, segment = _seek(seg_pos, seg_row, low, position[slot], seg[slot], seg_stop[slot], end[slot], base)
                 position[slot], seg[slot], largest = _add_window(
-                    seg_pos, seg_row, low, quant, at, segment, seg_stop[slot], end[slot], base, block_base,
+                    seg_pos, seg_row, low, quant, at, segment, seg_stop[slot], end[slot], base, limit, block_base,
                     codebook, code_base[slot], weight[slot], buffer, largest)
             cutoff = np.float32(heap_scores[0] * _CUTOFF_SLACK) if size == k else np.float32(0.0)
             # Once the k-th score is settled, most windows hold no row above it: only the others are
             # walked row by row.
             if largest >= cutoff and largest > 0.0:
-                for offset in range(_WINDOW):
+                for offset in range(limit - base):
                     if buffer[offset] >= cutoff and buffer[offset] > 0.0:
                         size = _offer_new(heap_scores, heap_rows, size, k, buffer[offset], base + offset, seeded)
                         if size == k:
