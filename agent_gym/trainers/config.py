@@ -94,8 +94,8 @@ class TrainConfig:
         default="grpo",
         metadata=_help(
             "Advantage estimator (dr_grpo: GRPO without the std; reinforce_pp_baseline: REINFORCE++ with "
-            "a group-mean baseline). Agent-R1 compares PPO, GRPO, "
-            "REINFORCE++ and RLOO.",
+            "a group-mean baseline; gigpo: GRPO plus GiGPO's step-level advantage from anchor states, see the "
+            "gigpo_* fields). Agent-R1 compares PPO, GRPO, REINFORCE++ and RLOO.",
             tuple(ESTIMATORS),
         ),
     )

@@ -188,7 +188,8 @@ class LoraValueModel(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Values ``[B, T]``; right-padded batches need no mask (see ``Trainer._response_logits``)."""
         with self._critic_pass():
-            hidden = _body(self.policy)(input_ids=input_ids, attention_mask=attention_mask)[0]
+            # no key/value cache: the critic scores whole sequences and never decodes
+            hidden = _body(self.policy)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)[0]
         values = self.value_head(hidden.float()).squeeze(-1)
         return F.pad(values[:, :-1], (1, 0))
 
