@@ -103,7 +103,7 @@ def run_train(ns: argparse.Namespace) -> int:
         return 0
     summary = ", ".join(f"{k}={metrics[k]:.3f}" for k in (m.REWARD, m.EM, m.EVAL_EM) if k in metrics)
     # a run stopped during an eval and continued may train nothing more, only finish that eval
-    done = f"{trainer.step} steps" if not started else (
+    done = f"{trainer.step} step{'s' if trainer.step > 1 else ''}" if not started else (
         f"step {trainer.step}" if trainer.step == started + 1 else f"steps {started + 1}-{trainer.step}")
     done = f"trained {done}" if trainer.step > started else f"evaluated step {trainer.step}"
     print(f"{done} ({summary}); policy saved to {out / 'final'}")
