@@ -19,6 +19,7 @@ from support.tiny_model import tiny_model_and_tokenizer
 
 from agent_gym.spaces import UnicodeText
 from agent_gym.trainers import metrics as m
+from agent_gym.trainers.checkpoint import CheckpointError
 from agent_gym.trainers.config import TrainConfig
 from agent_gym.trainers.critic import LoraValueModel, ValueModel
 from agent_gym.trainers.dynamic_sampling import informative_groups
@@ -201,3 +202,10 @@ def test_ppo_with_a_lora_critic_trains_both_and_resumes_the_critic(tmp_path):
     resumed = _trainer(tmp_path / "again", algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4)
     resumed.load_state_dict(state)
     assert all(torch.equal(p, critic_after[n]) for n, p in resumed.critic.named_parameters())
+
+
+def test_a_run_with_a_full_critic_does_not_resume_with_a_lora_critic(tmp_path):
+    trainer = _trainer(tmp_path, algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4)
+    saved = {"step": 1, "config": {**trainer.config.to_dict(), "critic": "full"}}
+    with pytest.raises(CheckpointError, match="critic='full'"):
+        trainer._check_resumable(tmp_path / "step-1", saved)

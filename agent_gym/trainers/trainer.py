@@ -824,7 +824,7 @@ class Trainer:
 
     def _check_resumable(self, path: Path, state: dict[str, Any]) -> None:
         saved = state.get("config", {})
-        for key in ("model", "algo", "env_id", "lora_rank"):
+        for key in ("model", "algo", "env_id", "lora_rank", "critic"):  # each shapes what the checkpoint holds
             if key in saved and saved[key] != getattr(self.config, key):
                 current = getattr(self.config, key)
                 raise CheckpointError(
