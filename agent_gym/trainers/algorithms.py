@@ -216,15 +216,17 @@ def gigpo_advantages(
     anchor_state: AnchorState = "observations",
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """GiGPO (Feng et al. 2025, arXiv 2505.10978, Eq. 7-11): GRPO's episode advantage plus a step advantage.
+    """GiGPO (Feng et al. 2025, arXiv 2505.10978): GRPO's episode advantage plus a step advantage.
 
         A^E(tau_i)   = (R(tau_i) - mean_group(R)) / std_group(R)          GRPO, on every action token
         R_t^(i)      = sum_{k >= t} gamma^(k-t) r_k^(i)                    return-to-go of turn t (turn rewards)
         A^S(a_t^(i)) = (R_t^(i) - mean_anchor(R)) / std_anchor(R)          over the turns of the same anchor
                                                                            state (gigpo.py), std unbiased
         A            = A^E + omega * A^S                                   on the tokens of turn t
-    omega = ``step_weight`` (1 in GiGPO), gamma = ``step_gamma`` (0.95, GiGPO's runs). An anchor group of one
-    turn, or of equal returns, gives A^S = 0, as GRPO gives a singleton group. ``token_rewards`` default to
+    omega = ``step_weight`` (1 in GiGPO), gamma = ``step_gamma`` (0.95, GiGPO's runs); the norm is the std (the
+    paper allows std or 1). An anchor group of one turn, or of equal returns, gives A^S = 0, as `grpo_advantages`
+    gives a singleton group (verl-agent instead gives a singleton its return, by verl's mean-0/std-1 convention
+    for groups of one). ``token_rewards`` default to
     ``tokens.token_rewards``; a turn's reward is the sum over its span (its tokens and the env reply after it).
     """
     rewards = tokens.token_rewards if token_rewards is None else token_rewards

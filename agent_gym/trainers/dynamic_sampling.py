@@ -1,4 +1,4 @@
-"""Dynamic sampling (DAPO, Yu et al. 2025, arXiv 2503.14476, Eq. 11): train only on groups that carry a contrast.
+"""Dynamic sampling (DAPO, Yu et al. 2025, arXiv 2503.14476, §3.2): train only on groups that carry a contrast.
 
 A group whose episodes all got the same return has GRPO advantage 0 on every token: it adds nothing to the
 policy gradient but still counts in a token-mean loss's denominator, so it dilutes the groups that do carry
