@@ -213,3 +213,16 @@ def test_saving_an_adapter_on_a_known_model_asks_no_hub_and_warns_nothing(
         adapter.save_pretrained(tmp_path / "adapter")
     assert [str(warning.message) for warning in caught if NAME in str(warning.message)] == []
     assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == NAME
+
+
+def test_the_hub_probe_connects_to_hf_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+        assert hub_reachable()
+    assert not hub_reachable()  # the port is closed now

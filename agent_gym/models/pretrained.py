@@ -286,14 +286,16 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     The connect runs in a daemon thread so that a resolver that hangs costs ``timeout``, not its own retries."""
     if hub_offline():
         return False
-    host = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname
+    endpoint = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = endpoint.hostname
     if not host:
         return False
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
     result: list[bool] = []
 
     def connect() -> None:
         try:
-            socket.create_connection((host, 443), timeout=timeout).close()
+            socket.create_connection((host, port), timeout=timeout).close()
             result.append(True)
         except OSError:
             result.append(False)
