@@ -607,7 +607,8 @@ class Trainer:
             **stats,
             m.ADVANTAGE_MEAN: float(masked_mean(targets.advantages, targets.action_mask)),
             m.LEARNING_RATE: self.scheduler.get_last_lr()[0],
-            m.TOKENS_PER_S: float(batch.response_mask.sum()) / max(elapsed, 1e-9),
+            # every episode played counts, the groups dynamic sampling dropped included
+            m.TOKENS_PER_S: sum(len(t.response_ids) for t in sampled.sampled) / max(elapsed, 1e-9),
             m.ROLLOUT_TIME: rollout_s,
             m.UPDATE_TIME: elapsed - rollout_s,
             m.DROPPED_EPISODES: float(self.collector.dropped_episodes - dropped_before),
