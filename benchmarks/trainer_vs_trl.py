@@ -1,42 +1,32 @@
-"""Trainer throughput: our GRPO `Trainer` against TRL's `GRPOTrainer`, same tiny model, same batch, same run.
+"""A GRPO step of our `Trainer` against TRL's `GRPOTrainer`, each side in a fresh process, repeated (issue 26).
 
-Both sides train the same locally built tiny Qwen2 model (saved once to a temp dir, so both load the same
-weights) with GRPO on the same single-turn prompts and the same reward (a keyword/length score of the
-completion text): ours through a one-step Gymnasium env defined here (DESIGN §2 contract), TRL through a
-dataset of the same chat prompts and a reward function calling the same scorer. Matched settings:
-prompts per step (TRL: generation batch / num_generations), group size (num_generations), max new tokens
-(max_completion_length), temperature 1, top-p 1, top-k off, lr, constant schedule, no weight decay, grad
-clip 1.0, float32, no gradient checkpointing, one optimizer step per rollout batch (TRL:
-gradient_accumulation_steps x per_device_train_batch_size = batch, num_iterations=1), micro-batch size
-(per_device_train_batch_size), no reference model (our kl_coef 0, TRL beta 0), clip 0.2 both sides (our
-dual clip off), token-mean loss (TRL loss_type "dapo"), torch threads 1. Each side runs in its own
-subprocess, one after the other; wall time is measured over `--steps` optimizer steps after one warm-up
-step, and tokens are the generated completion tokens of those steps.
+The default workload is the RL experiment's: SmolLM2-135M-Instruct, 2-hop `AgentR1-SynthHop-v0` (world 0, train
+split, bridge questions, `top_k=3`, hermes tool calls, up to 4 turns, about 830 tokens an episode), LoRA r16
+(alpha 32, every linear layer), 4 tasks x 4 samples a step, 64 new tokens a turn, a 2,048-token context, no
+reference model (our kl_coef 0, TRL beta 0), clip 0.2 (our dual clip off), token-mean loss (TRL "dapo"),
+constant lr, no weight decay, grad clip 1, one optimizer step per rollout batch, micro-batch 4, 1 torch thread,
+the same precision on both sides (`--dtype auto` is resolved once, here, and both sides get the result: ours
+`TrainConfig.dtype`, bf16 autocast over fp32 adapters; TRL the model loaded in that dtype and `bf16=True`).
 
-TRL must stay out of the main environment (it can move transformers/accelerate, which vLLM pins), so run
-this with a separate venv that holds both TRL and agent-gym:
+Both sides play the env's exact MDP with the same episode code: TRL through `GRPOTrainer(rollout_func=...)`
+(agent_gym/adapters/trl.py), whose rollouts run our `RolloutCollector` on TRL's own (peft-wrapped) model, so
+both sides' tokens are the same kind and count; the rest of TRL's step (its log-prob passes, loss, backward,
+optimizer) is TRL's. Each repeat starts a fresh process per side (sides alternate ABBA so a drifting load
+favours neither), runs one untimed warm-up step, then times `--steps` steps. Per side and repeat it records
+`seconds_per_step`, `episodes_per_s`, `peak_rss_mb` (ru_maxrss, model loading included), `tokens` (sampled
+tokens of the timed steps) and `load` (1-minute load average at the side's start and end); then
+`ratio_median` (our median steps/s over TRL's) and `memory_ratio` (our peak RSS over TRL's, maxima over
+repeats), written to `--results` (default benchmarks/results/rl_step.json).
 
-    python -m venv /tmp/trl-venv
-    /tmp/trl-venv/bin/pip install torch==2.13.0          # the local CPU wheel; other pins download GBs
-    echo "torch==2.13.0" > /tmp/trl-constraints.txt
-    /tmp/trl-venv/bin/pip install -c /tmp/trl-constraints.txt trl transformers==5.19.0 \
-        gymnasium numpy tqdm tantivy tokenizers safetensors pyyaml   # transformers as in the main env
-    /tmp/trl-venv/bin/pip install -e . --no-deps          # from the repository root
-    /tmp/trl-venv/bin/python benchmarks/trainer_vs_trl.py
+TRL must stay out of the main environment (it moves transformers/accelerate), so it runs in the peer venv:
 
-`--side ours` runs only our trainer (no TRL needed); `--trl-python PATH` runs the TRL side with another
-interpreter while ours uses the current one.
+    bash scripts/make_peer_venv.sh .venv-peers                     # trl 1.16.0, ~90 s from local wheels
+    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/trainer_vs_trl.py --trl-python .venv-peers/bin/python
 
-The SmolLM2 setting: `--model smollm2-135m-instruct` (a known name, converted in ~/.cache/agent-gym/models;
-both sides load that checkpoint) with `--dtype bfloat16`: both sides hold the weights in bf16 (ours:
-`TrainConfig.dtype`; TRL: the model loaded in bf16 and `bf16=True`), AdamW on the bf16 parameters. Each side
-also reports its process's peak RSS (`ru_maxrss`, model loading included). On a busy 2-core machine keep the
-work small, the same on both sides:
-
-    bash scripts/make_peer_venv.sh .venv-peers
-    OMP_NUM_THREADS=1 python benchmarks/trainer_vs_trl.py --trl-python .venv-peers/bin/python \
-        --model smollm2-135m-instruct --dtype bfloat16 --tasks-per-step 2 --group-size 2 \
-        --micro-batch-size 4 --max-new-tokens 32 --steps 1 --rounds 1
+(taskset: one core for every side; run it when nothing else runs.) `--side ours` needs no TRL. Our speed
+options can be switched off for ablations (`--no-share-prompt`, `--no-padding-free`) and LoRA limited to the
+top layers (`--lora-layers N`). `--workload keyword` is the older single-turn keyword-reward workload on a
+fresh tiny model (`--model` unset), for the tiny-model figures.
 """
 
 from __future__ import annotations
@@ -46,6 +36,7 @@ import importlib.util
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,6 +46,13 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RESULTS = ROOT / "benchmarks" / "results" / "rl_step.json"
+SYNTHHOP = "AgentR1-SynthHop-v0"
+# The RL experiment's training env (experiments/real_model.py TRAIN_ENV): world 0's train split, 2 hops.
+SYNTHHOP_KWARGS = {"num_pages": 20_000, "world_seed": 0, "kinds": ["bridge"], "hops": 2, "top_k": 3,
+                   "max_turns": 4, "split": "train", "num_questions": 4000}
 
 # Words the tokenizer is trained on and the prompts are made of; the first _NUM_KEYWORDS of them score.
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz"
@@ -147,15 +145,34 @@ def _limit_threads(threads: int) -> None:
 # ---------------------------------------------------------------------------------------------- sides
 
 
-def run_ours(args: argparse.Namespace) -> dict[str, float]:
-    """Our `Trainer` on `KeywordEnv`; times `train_step` after one warm-up step."""
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _counting(collector: Any, tokens: list[int]) -> None:
+    """Count each step's sampled tokens (the loss-mask tokens: model tokens, env tokens excluded)."""
+    collect = collector.collect
+
+    def counting_collect(*a: Any, **k: Any) -> Any:
+        trajectories = collect(*a, **k)
+        tokens.append(sum(sum(t.loss_mask) for t in trajectories))
+        return trajectories
+
+    collector.collect = counting_collect
+
+
+def run_ours(args: argparse.Namespace) -> dict[str, Any]:
+    """Our `Trainer`; times `train_step` after one warm-up step."""
     from agent_gym.trainers import metrics as m
     from agent_gym.trainers.config import TrainConfig
     from agent_gym.trainers.trainer import Trainer
 
-    prompts, keywords = make_prompts(args.num_prompts, args.seed)
+    load_start = _load()
+    synthhop = args.workload == "synthhop"
     config = TrainConfig(
         model=args.model,
+        env_id=SYNTHHOP if synthhop else "unused",
+        env_kwargs=args.env_kwargs if synthhop else {},
         algo="grpo",
         group_size=args.group_size,
         tasks_per_step=args.tasks_per_step,
@@ -172,8 +189,13 @@ def run_ours(args: argparse.Namespace) -> dict[str, float]:
         temperature=args.temperature,
         top_p=1.0,
         max_new_tokens=args.max_new_tokens,
-        max_context_tokens=4096,
-        max_turns=1,
+        max_context_tokens=args.max_context_tokens,
+        max_turns=args.max_turns if synthhop else 1,
+        lora_rank=args.lora_rank,
+        lora_alpha=2 * args.lora_rank if args.lora_rank else 32,
+        lora_layers=args.lora_layers,
+        share_prompt=args.share_prompt,
+        padding_free=args.padding_free,
         eval_every=0,
         save_every=0,
         resume="never",
@@ -185,49 +207,68 @@ def run_ours(args: argparse.Namespace) -> dict[str, float]:
         device="cpu",
         seed=args.seed,
     )
-    env_fns = [lambda: KeywordEnv(prompts, keywords)] * config.rollout_batch_size
+    env_fns = None
+    if not synthhop:
+        prompts, keywords = make_prompts(args.num_prompts, args.seed)
+        env_fns = [lambda: KeywordEnv(prompts, keywords)] * config.rollout_batch_size
     trainer = Trainer(config, env_fns=env_fns, eval_env_fns=[])
     tokens: list[int] = []
-    collect = trainer.collector.collect
-
-    def counting_collect(*a: Any, **k: Any) -> Any:  # completion tokens of each step (single turn: all model)
-        trajectories = collect(*a, **k)
-        tokens.append(sum(len(t.response_ids) for t in trajectories))
-        return trajectories
-
-    trainer.collector.collect = counting_collect
+    _counting(trainer.collector, tokens)
     trainer.train_step()  # warm-up: first-call allocations, lazy inits
     rollout_s = update_s = reward = 0.0
+    extra: dict[str, float] = {}
     started = time.perf_counter()
     for _ in range(args.steps):
         metrics = trainer.train_step()
         rollout_s += metrics[m.ROLLOUT_TIME]
         update_s += metrics[m.UPDATE_TIME]
         reward += metrics[m.REWARD]
+        for key in (m.UPDATE_TOKENS, m.UPDATE_BF16, m.SAMPLER_LOGPROB_DIFF):
+            extra[key] = metrics.get(key, float("nan"))
     seconds = time.perf_counter() - started
     trainer.close()
-    return _result(args.steps, seconds, sum(tokens[1:]), rollout_s, update_s, reward / args.steps, args)
+    return {**_result(args, seconds, sum(tokens[1:]), rollout_s, update_s, reward, load_start), "ours": extra}
 
 
-def run_trl(args: argparse.Namespace) -> dict[str, float]:
-    """TRL's `GRPOTrainer` on the same prompts and reward; times optimizer steps after one warm-up step."""
+def run_trl(args: argparse.Namespace) -> dict[str, Any]:
+    """TRL's `GRPOTrainer` on the same workload; times optimizer steps after one warm-up step."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    prompts, keywords = make_prompts(args.num_prompts, args.seed)
+    from agent_gym.models.pretrained import resolve_model
+
+    load_start = _load()
     batch = args.tasks_per_step * args.group_size
     tokens: list[int] = []
     rewards: list[float] = []
+    synthhop = args.workload == "synthhop"
+    if synthhop:
+        from agent_gym.adapters.trl import RolloutFunc
+        from agent_gym.trainers.rollout import RolloutConfig
 
-    def reward_fn(completions: list, completion_ids: list[list[int]], **_: Any) -> list[float]:
-        tokens.append(sum(len(ids) for ids in completion_ids))
-        scores = [
-            keyword_reward(c[0]["content"] if isinstance(c, list) else c, keywords) for c in completions
-        ]
-        rewards.append(sum(scores) / len(scores))
-        return scores
+        rollout_func = RolloutFunc(SYNTHHOP, num_envs=batch, config=RolloutConfig(
+            max_new_tokens=args.max_new_tokens, max_turns=args.max_turns,
+            max_context_tokens=args.max_context_tokens, show_progress=False), **args.env_kwargs)
+        dataset = rollout_func.dataset(args.num_prompts)
+
+        def reward_fn(completions: list, env_reward: list[float], **_: Any) -> list[float]:
+            tokens.append(sum(sum(t.loss_mask) for t in rollout_func.last_trajectories))
+            rewards.append(sum(env_reward) / len(env_reward))
+            return [float(value) for value in env_reward]
+    else:
+        from datasets import Dataset
+
+        rollout_func = None
+        prompts, keywords = make_prompts(args.num_prompts, args.seed)
+        dataset = Dataset.from_list([{"prompt": p} for p in prompts])
+
+        def reward_fn(completions: list, completion_ids: list[list[int]], **_: Any) -> list[float]:
+            tokens.append(sum(len(ids) for ids in completion_ids))
+            scores = [keyword_reward(c[0]["content"] if isinstance(c, list) else c, keywords) for c in completions]
+            rewards.append(sum(scores) / len(scores))
+            return scores
 
     step_ends: list[float] = []
 
@@ -252,7 +293,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
         gradient_accumulation_steps=batch // args.micro_batch_size,
         num_generations=args.group_size,
         num_iterations=1,
-        max_completion_length=args.max_new_tokens,
+        max_completion_length=args.max_context_tokens if synthhop else args.max_new_tokens,
         temperature=args.temperature,
         top_p=1.0,
         top_k=0,
@@ -266,8 +307,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
         loss_type="dapo",  # token-mean over the batch, as our aggregation="token-mean"
         scale_rewards="group",  # GRPO's std-normalised advantages, as our algo="grpo"
         max_steps=args.steps + 1,
-        # TRL's default is bf16 autocast and gradient checkpointing; we match our dtype, no recompute. With
-        # --dtype bfloat16 the weights themselves are bf16, as ours.
+        # TRL's default is bf16 autocast and gradient checkpointing; we match our dtype, no recompute.
         bf16=args.dtype == "bfloat16",
         gradient_checkpointing=False,
         use_cpu=True,
@@ -278,65 +318,72 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
         seed=args.seed,
         dataloader_num_workers=0,
     )
-    from agent_gym.models.pretrained import resolve_model
-
     location = resolve_model(args.model)  # a known name (smollm2-135m-instruct) or a directory
     dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(location)
+    peft_config = None
+    if args.lora_rank:
+        from peft import LoraConfig
+
+        layers = None
+        if args.lora_layers:
+            total = model.config.num_hidden_layers
+            layers = list(range(total - args.lora_layers, total))
+        peft_config = LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, lora_dropout=0.0,
+                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                 "down_proj"] if layers else "all-linear",
+                                 layers_to_transform=layers, task_type="CAUSAL_LM")
     trainer = TimedGRPOTrainer(
         model=model,
         reward_funcs=reward_fn,
         args=config,
-        train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
+        train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[StepClock()],
+        peft_config=peft_config,
+        **({"rollout_func": rollout_func} if rollout_func is not None else {}),
     )
     trainer.train()
     if len(step_ends) != args.steps + 1:
         raise RuntimeError(f"TRL ran {len(step_ends)} optimizer steps, expected {args.steps + 1}")
     seconds = step_ends[-1] - step_ends[0]
     rollout_s = sum(trainer.rollout_s[1:])
-    mean_reward = sum(rewards[1:]) / args.steps
-    return _result(args.steps, seconds, sum(tokens[1:]), rollout_s, seconds - rollout_s, mean_reward, args)
+    return _result(args, seconds, sum(tokens[1:]), rollout_s, seconds - rollout_s, sum(rewards[1:]), load_start)
 
 
-def _result(
-    steps: int, seconds: float, tokens: int, rollout_s: float, update_s: float, reward: float, args: Any
-) -> dict[str, float]:
-    """Totals of one side's timed steps (summed over rounds by `summarize`)."""
+def _result(args: Any, seconds: float, tokens: int, rollout_s: float, update_s: float, reward_sum: float,
+            load_start: float) -> dict[str, Any]:
+    """One side's repeat: its timed steps' rates."""
     import resource
 
     import torch
 
+    steps = args.steps
     return {
         "steps": steps,
         "seconds": seconds,
+        "seconds_per_step": seconds / steps,
+        "episodes_per_s": steps * args.tasks_per_step * args.group_size / seconds,
         "tokens": tokens,
-        "rollout_s": rollout_s,
-        "update_s": update_s,
-        "reward_sum": reward * steps,
-        "completions": steps * args.tasks_per_step * args.group_size,
+        "tokens_per_s": tokens / seconds,
+        "rollout_s_per_step": rollout_s / steps,
+        "update_s_per_step": update_s / steps,
+        "mean_reward": reward_sum / steps,
         "torch_threads": torch.get_num_threads(),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # KiB on Linux
+        "load": [load_start, _load()],
     }
 
 
-def summarize(runs: Sequence[dict[str, float]]) -> dict[str, float]:
-    """Rates over all timed steps of all rounds of one side."""
-    total = {key: sum(run[key] for run in runs) for key in runs[0] if key not in ("torch_threads", "peak_rss_mb")}
-    steps, seconds = total["steps"], total["seconds"]
-    return {
-        "steps": steps,
-        "seconds": seconds,
-        "steps_per_s": steps / seconds,
-        "tokens_per_s": total["tokens"] / seconds,
-        "rollout_s_per_step": total["rollout_s"] / steps,
-        "update_s_per_step": total["update_s"] / steps,
-        "mean_completion_tokens": total["tokens"] / total["completions"],
-        "mean_reward": total["reward_sum"] / steps,
-        "peak_rss_mb": max(run.get("peak_rss_mb", 0.0) for run in runs),
-    }
+def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Median and range over the repeats of one side."""
+    out: dict[str, Any] = {"repeats": len(runs)}
+    for key in ("seconds_per_step", "episodes_per_s", "tokens_per_s", "rollout_s_per_step", "update_s_per_step",
+                "peak_rss_mb", "tokens", "mean_reward"):
+        values = [float(run[key]) for run in runs]
+        out[key] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -344,27 +391,33 @@ def summarize(runs: Sequence[dict[str, float]]) -> dict[str, float]:
 
 def _side_command(python: str, side: str, args: argparse.Namespace, out: Path) -> list[str]:
     flags = [
-        "--steps", str(args.steps), "--tasks-per-step", str(args.tasks_per_step),
+        "--workload", args.workload, "--steps", str(args.steps), "--tasks-per-step", str(args.tasks_per_step),
         "--group-size", str(args.group_size), "--max-new-tokens", str(args.max_new_tokens),
         "--micro-batch-size", str(args.micro_batch_size), "--lr", str(args.lr),
         "--temperature", str(args.temperature), "--threads", str(args.threads),
         "--num-prompts", str(args.num_prompts), "--seed", str(args.seed), "--dtype", args.dtype,
+        "--env-kwargs", json.dumps(args.env_kwargs), "--max-turns", str(args.max_turns),
+        "--max-context-tokens", str(args.max_context_tokens), "--lora-rank", str(args.lora_rank),
+        "--lora-layers", str(args.lora_layers),
+        "--share-prompt" if args.share_prompt else "--no-share-prompt",
+        "--padding-free" if args.padding_free else "--no-padding-free",
     ]  # fmt: skip
     command = [python, str(Path(__file__).resolve()), "--side", side, "--model", args.model]
     return [*command, "--json-out", str(out), *flags]
 
 
-def _run_side(
-    python: str, side: str, args: argparse.Namespace, workdir: Path, round_index: int
-) -> dict[str, float]:
-    out = workdir / f"{side}-{round_index}.json"
+def _run_side(python: str, side: str, args: argparse.Namespace, workdir: Path, repeat: int) -> dict[str, Any]:
+    out = workdir / f"{side}-{repeat}.json"
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    print(f"round {round_index + 1}/{args.rounds}: {side} ({python}) ...", flush=True)
+    print(f"repeat {repeat + 1}/{args.repeats}: {side} ({python}) ...", flush=True)
     completed = subprocess.run(_side_command(python, side, args, out), env=env, check=False)
     if completed.returncode != 0:
         raise SystemExit(f"the {side} side failed (exit code {completed.returncode}); see its output above")
-    return json.loads(out.read_text())
+    result = json.loads(out.read_text())
+    print(f"  {side}: {result['seconds_per_step']:.2f} s/step, {result['episodes_per_s']:.3f} episodes/s, "
+          f"peak RSS {result['peak_rss_mb']:.0f} MB, {result['tokens']} tokens, load {result['load']}", flush=True)
+    return result
 
 
 def _has_trl(python: str) -> bool:
@@ -374,86 +427,54 @@ def _has_trl(python: str) -> bool:
     return probe.returncode == 0
 
 
-def print_table(results: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
-    """One row per side; the last row is the speed-up of ours (a time's ratio is TRL's over ours)."""
-    columns = (  # (name, key, format, higher is faster)
-        ("steps/s", "steps_per_s", "{:.3f}", True),
-        ("tokens/s", "tokens_per_s", "{:.0f}", True),
-        ("s/step", "seconds_per_step", "{:.2f}", False),
-        ("rollout s/step", "rollout_s_per_step", "{:.2f}", False),
-        ("update s/step", "update_s_per_step", "{:.2f}", False),
-        ("tokens/completion", "mean_completion_tokens", "{:.1f}", True),
-        ("reward", "mean_reward", "{:.3f}", True),
-        ("peak RSS MB", "peak_rss_mb", "{:.0f}", False),
-    )
-    for result in results.values():
-        result["seconds_per_step"] = result["seconds"] / result["steps"]
-    batch = args.tasks_per_step * args.group_size
-    print(
-        f"\nGRPO, {args.tasks_per_step} prompts x {args.group_size} = {batch} completions/step, "
-        f"max {args.max_new_tokens} new tokens, micro-batch {args.micro_batch_size}, torch threads "
-        f"{args.threads}, {args.dtype}; {args.rounds} round(s) x {args.steps} timed steps per side, each after 1 "
-        "warm-up"
-    )
-    header = f"{'':<12}" + "".join(f"{name:>18}" for name, *_ in columns)
-    print(header)
-    print("-" * len(header))
-    for side, result in results.items():
-        print(f"{side:<12}" + "".join(f"{fmt.format(result[key]):>18}" for _, key, fmt, _ in columns))
-    if {"ours", "trl"} <= results.keys():
-        ours, trl = results["ours"], results["trl"]
-        ratios = [ours[key] / trl[key] if up else trl[key] / ours[key] for _, key, _, up in columns]
-        print(f"{'ours vs trl':<12}" + "".join(f"{ratio:>17.2f}x" for ratio in ratios))
-        ratio = ours["steps_per_s"] / trl["steps_per_s"]
-        memory = ours["peak_rss_mb"] / trl["peak_rss_mb"]
-        print(f"\nsteps/s ratio {ratio:.2f}x: {'meets' if ratio >= 3 else 'misses'} the 3x goal (issue 18)")
-        print(f"peak RSS ours / trl {memory:.2f}: {'meets' if memory <= 0.5 else 'misses'} the <= 1/2 goal")
-    for side, result in results.items():
-        rollout = result["rollout_s_per_step"] / result["seconds_per_step"]
-        print(
-            f"{side}: rollout {rollout:.0%} of step time, update (forward, backward, AdamW) {1 - rollout:.0%}"
-        )
+def _machine() -> dict[str, Any]:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown")
+    return {"cpu": model, "cpus": os.cpu_count(), "affinity": sorted(os.sched_getaffinity(0))}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--side", choices=("both", "ours", "trl"), default="both")
-    parser.add_argument("--model", help="Hugging Face model dir (default: a fresh model of --preset)")
-    parser.add_argument("--preset", default="tiny", help="model_init preset when --model is not given")
-    parser.add_argument("--steps", type=int, default=5, help="timed optimizer steps (after 1 warm-up)")
-    parser.add_argument("--tasks-per-step", type=int, default=8, help="prompts per step")
-    parser.add_argument("--group-size", type=int, default=8, help="completions per prompt (num_generations)")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="max_completion_length")
-    parser.add_argument("--micro-batch-size", type=int, default=16, help="per_device_train_batch_size")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating runs of each side (load noise)")
+    parser.add_argument("--workload", choices=("synthhop", "keyword"), default="synthhop")
+    parser.add_argument("--model", help="model dir or known name (synthhop default: smollm2-135m-instruct; "
+                        "keyword default: a fresh model of --preset)")
+    parser.add_argument("--preset", default="tiny", help="model_init preset for the keyword workload")
+    parser.add_argument("--steps", type=int, default=2, help="timed optimizer steps per repeat (after 1 warm-up)")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per side, alternating ABBA")
+    parser.add_argument("--tasks-per-step", type=int, default=4, help="prompts per step")
+    parser.add_argument("--group-size", type=int, default=4, help="completions per prompt (num_generations)")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens a model turn")
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--max-context-tokens", type=int, default=2048)
+    parser.add_argument("--env-kwargs", type=json.loads, default=dict(SYNTHHOP_KWARGS), help="SynthHop's kwargs")
+    parser.add_argument("--micro-batch-size", type=int, default=4, help="per_device_train_batch_size")
+    parser.add_argument("--lora-rank", type=int, default=16, help="0: full fine-tune")
+    parser.add_argument("--lora-layers", type=int, default=0, help="LoRA on the top N layers only (0: all)")
+    parser.add_argument("--share-prompt", action=argparse.BooleanOptionalAction, default=True, help="(ours)")
+    parser.add_argument("--padding-free", action=argparse.BooleanOptionalAction, default=True, help="(ours)")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads on each side")
-    parser.add_argument("--num-prompts", type=int, default=256, help="distinct prompts in the pool")
+    parser.add_argument("--num-prompts", type=int, default=256, help="distinct prompts (tasks) in the pool")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="both sides")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                        help="both sides; auto is resolved once by the driver (models/precision.py)")
     parser.add_argument("--trl-first", action="store_true", help="start the ABBA order with TRL")
-    parser.add_argument("--json-summary", help="(driver) write both sides' summaries and the settings here")
+    parser.add_argument("--results", default=str(DEFAULT_RESULTS), help="(driver) the JSON written")
     parser.add_argument("--trl-python", default=sys.executable, help="interpreter that has TRL installed")
     parser.add_argument("--json-out", help="(side runs) write the result here")
     args = parser.parse_args(argv)
-    for name in (
-        "steps",
-        "rounds",
-        "tasks_per_step",
-        "micro_batch_size",
-        "threads",
-        "num_prompts",
-        "max_new_tokens",
-    ):
+    for name in ("steps", "repeats", "tasks_per_step", "micro_batch_size", "threads", "num_prompts",
+                 "max_new_tokens", "max_turns"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.group_size < 2:
         parser.error("--group-size must be >= 2 (GRPO compares completions within a group)")
     if (args.tasks_per_step * args.group_size) % args.micro_batch_size:
         parser.error("--tasks-per-step x --group-size must be a multiple of --micro-batch-size (TRL's batch)")
+    if args.workload == "synthhop" and not args.model:
+        args.model = "smollm2-135m-instruct"
     if args.side != "both" and args.json_out and not args.model:
         parser.error("a side run needs --model")
     return args
@@ -462,41 +483,56 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.json_out:  # one side, in a subprocess of the driver
-        _limit_threads(args.threads)
+        import torch
+
+        torch.set_num_threads(args.threads)
         with tempfile.TemporaryDirectory(prefix=f"bench-{args.side}-") as scratch:
             args.scratch = scratch  # the trainer's output_dir
             result = (run_ours if args.side == "ours" else run_trl)(args)
         Path(args.json_out).write_text(json.dumps(result))
         return 0
     if args.side in ("both", "trl") and not _has_trl(args.trl_python):
-        print(f"TRL is not importable by {args.trl_python}; set up its venv as this script's docstring says.")
+        print(f"TRL is not importable by {args.trl_python}; build its venv: bash scripts/make_peer_venv.sh")
         return 2
-    print(subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip(), flush=True)
+    if args.dtype == "auto":  # one precision for both sides, measured here at the sides' thread count
+        import torch
+
+        from agent_gym.models.precision import dtype_name, resolve_dtype
+
+        torch.set_num_threads(args.threads)
+        args.dtype = dtype_name(resolve_dtype("auto", "cpu"))
+        print(f"--dtype auto resolved to {args.dtype} at {args.threads} thread(s)", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-trainer-vs-trl-") as name:
         workdir = Path(name)
         if args.model is None:
             args.model = str(build_model(workdir / "model", args.preset, args.seed))
             print(f"built a {args.preset} model in {args.model} (temporary)")
         sides = ("ours", "trl") if args.side == "both" else (args.side,)
-        runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
-        for round_index in range(args.rounds):  # sides alternate, one at a time: they never share the cores
+        runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+        for repeat in range(args.repeats):  # sides alternate, one at a time: they never share the cores
             # ABBA order (ours, trl, trl, ours, ...): a load that drifts during the run favours neither side.
-            for side in sides if (round_index + args.trl_first) % 2 == 0 else sides[::-1]:
+            for side in sides if (repeat + args.trl_first) % 2 == 0 else sides[::-1]:
                 python = args.trl_python if side == "trl" else sys.executable
-                runs[side].append(_run_side(python, side, args, workdir, round_index))
+                runs[side].append(_run_side(python, side, args, workdir, repeat))
+    report: dict[str, Any] = {
+        "settings": {key: value for key, value in vars(args).items() if key not in ("scratch", "json_out")},
+        "machine": _machine(),
+        "sides": runs,
+        "summary": {side: summarize(side_runs) for side, side_runs in runs.items()},
+    }
     if len(sides) == 2:
-        per_round = [
-            (o["steps"] / o["seconds"]) / (t["steps"] / t["seconds"])
-            for o, t in zip(runs["ours"], runs["trl"], strict=True)
-        ]
-        print("steps/s ratio per round: " + ", ".join(f"{ratio:.2f}x" for ratio in per_round))
-    results = {side: summarize(side_runs) for side, side_runs in runs.items()}
-    print_table(results, args)
-    print(subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip())
-    if args.json_summary:
-        settings = {key: value for key, value in vars(args).items() if key != "scratch"}
-        Path(args.json_summary).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_summary).write_text(json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
+        ours, trl = report["summary"]["ours"], report["summary"]["trl"]
+        # steps/s = 1 / (s/step): the median of the speeds is 1 / the median of the times (odd repeats)
+        report["ratio_median"] = trl["seconds_per_step"]["median"] / ours["seconds_per_step"]["median"]
+        report["ratio_per_repeat"] = [t["seconds_per_step"] / o["seconds_per_step"]
+                                      for o, t in zip(runs["ours"], runs["trl"], strict=True)]
+        report["memory_ratio"] = ours["peak_rss_mb"]["max"] / trl["peak_rss_mb"]["max"]
+        print(f"steps/s ours / TRL: median {report['ratio_median']:.2f}x (per repeat "
+              + ", ".join(f"{r:.2f}x" for r in report["ratio_per_repeat"])
+              + f"); peak RSS ours / TRL {report['memory_ratio']:.2f}")
+    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.results).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.results}")
     return 0
 
 

@@ -20,7 +20,7 @@ echo "torch==2.13.0" > "$constraints"
 pip install "torch==2.13.0"
 # transformers as in the main install, so both sides tokenize and sample alike.
 pip install -c "$constraints" -e ".[trl,verifiers,openenv]" "transformers==5.19.0" "tokenizers>=0.20" safetensors \
-  pyyaml "pytest>=8"
+  pyyaml "pytest>=8" "peft==0.21.2"  # peft: TRL's LoRA side of benchmarks/trainer_vs_trl.py (as in the main install)
 # GEM (gem-llm) only for its search tool's client code: its package imports reasoning-gym; its other pins
 # (nltk, math-verify) serve envs the test does not use.
 pip install -c "$constraints" "reasoning-gym==0.1.23" "msgspec==0.19.0"
