@@ -50,15 +50,22 @@ RECIPES = {
     v.name: v
     for v in (
         Variant("grpo", "GRPO", "grpo"),
-        Variant("ppo", "PPO", "ppo", flags=("--critic-lr", "1e-4")),
+        # the critic a LoRA adapter and value head on the policy's own weights (issue 25: not a full copy)
+        Variant("ppo", "PPO", "ppo", flags=("--critic", "lora", "--critic-lr", "1e-4")),
         Variant("grpo_dense", "GRPO, dense reward", "grpo", reward="dense"),
-        Variant("ppo_dense", "PPO, dense reward", "ppo", ("--critic-lr", "1e-4"), reward="dense"),
+        Variant("ppo_dense", "PPO, dense reward", "ppo", ("--critic", "lora", "--critic-lr", "1e-4"), reward="dense"),
+        # the fallbacks the issue names if the second-search rate does not separate by hop count within 50 steps
+        Variant("grpo_balanced", "GRPO, dynamic sampling, balanced by hops", "grpo",
+                flags=("--dynamic-sampling", "--balance-by", "hops")),
+        Variant("gigpo", "GiGPO, dynamic sampling, balanced by hops", "gigpo",
+                flags=("--dynamic-sampling", "--balance-by", "hops")),
         Variant("reinforce_pp", "REINFORCE++", "reinforce_pp"),
         Variant("rloo", "RLOO", "rloo"),
         Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", flags=("--no-use-loss-mask",),
                 ablation="loss mask off"),
         Variant("ppo_no_advantage_mask", "PPO, advantage mask off", "ppo",
-                flags=("--critic-lr", "1e-4", "--no-use-advantage-mask"), ablation="advantage mask off"),
+                flags=("--critic", "lora", "--critic-lr", "1e-4", "--no-use-advantage-mask"),
+                ablation="advantage mask off"),
     )
 }
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -78,14 +79,36 @@ def choose_warm_start(evals: Mapping[int, Mapping[str, Any]]) -> tuple[int, dict
     return min(share for share, score in scores.items() if score == best), scores
 
 
+CHECKPOINTS = ROOT / "experiments" / "checkpoints"
+RESULTS = ROOT / "docs" / "results" / "warmstart_sweep.json"
+
+
+def restore_from_repo(out: Path, share: int) -> bool:
+    """On a machine without the sweep's run directory: the committed adapter (bf16) and the committed measures of
+    a warm start become the local ones, so the sweep goes on where the last sitting stopped. Returns whether the
+    adapter was restored."""
+    local, committed = out / warm_name(share), CHECKPOINTS / f"sweep-{warm_name(share)}"
+    eval_path = out / f"{warm_name(share)}_eval.json"
+    if not eval_path.is_file() and RESULTS.is_file():
+        measured = json.loads(RESULTS.read_text()).get("evals", {}).get(str(share))
+        if measured:
+            eval_path.write_text(json.dumps(measured, indent=2))
+    if (local / "sft_summary.json").is_file() or not (committed / "sft_summary.json").is_file():
+        return False
+    shutil.copytree(committed, local, dirs_exist_ok=True)
+    (local / "RESTORED").write_text("adapter restored from the repository's bf16 copy\n")
+    return True
+
+
 def sft(args: argparse.Namespace, share: int, timings: Timings) -> Path:
     """One warm start: LoRA SFT on the oracle's episodes of world 0 with the share's hop mix."""
     out_dir = Path(args.out) / warm_name(share)
+    restore_from_repo(Path(args.out), share)
     if (out_dir / "sft_summary.json").is_file():
         return out_dir
     started = time.perf_counter()
     _run(_agent_gym("sft", "--env", ENV_ID, "--env-kwargs", json.dumps({**TRAIN_ENV, "hops": SHARES[share]}),
-                    "--policy", "oracle", "--model", args.model, "--out", str(out_dir),
+                    "--policy", "oracle", "--model", args.model, "--output-dir", str(out_dir),
                     "--episodes", str(args.sft_episodes), "--epochs", "1", "--batch-size", "4",
                     "--lr", str(args.sft_lr), "--lora-rank", str(args.lora_rank), "--dtype", args.dtype,
                     "--save-every", "10", "--torch-threads", str(args.threads), "--seed", "0",
@@ -145,6 +168,7 @@ def evaluate_share(args: argparse.Namespace, share: int, adapter: Path, timings:
         started = time.perf_counter()
         questions = args.pass_questions if MEASURES[key][3] > 1 else args.eval_questions
         result[key] = measure(model, tokenizer, key, questions, str(dtype))
+        result[key]["adapter"] = "bf16 (committed)" if (adapter / "RESTORED").is_file() else "fp32 (run directory)"
         result[key]["seconds"] = round(time.perf_counter() - started, 1)
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(result, indent=2))
@@ -189,11 +213,14 @@ def table(evals: Mapping[int, Mapping[str, Any]], chosen: int | None) -> str:
 
 
 def publish(args: argparse.Namespace, evals: Mapping[int, Mapping[str, Any]], chosen: int | None) -> None:
-    """Adapters (bf16) and records into the repository; only warm starts whose every measure finished."""
+    """Every finished warm start's adapter (bf16) and every measure so far into the repository (a later sitting
+    resumes from them); learning.json records only for warm starts whose every measure finished."""
     complete = {share: e for share, e in evals.items() if all(key in e for key in MEASURES)}
     records = [record(args, share, e) for share, e in sorted(complete.items())]
-    for share in complete:
-        publish_adapter(Path(args.out) / warm_name(share), f"sweep-{warm_name(share)}")
+    for share in SHARES:
+        local = Path(args.out) / warm_name(share)
+        if (local / "sft_summary.json").is_file() and not (local / "RESTORED").is_file():
+            publish_adapter(local, f"sweep-{warm_name(share)}")
     results = ROOT / "docs" / "results"
     (results / "warmstart_sweep.json").write_text(json.dumps(
         {"held_out": HELD_OUT, "shares": SHARES, "chosen": chosen, "evals": {str(s): e for s, e in evals.items()},
@@ -217,7 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eval-questions", type=int, default=200, help="held-out questions of each hop count")
     parser.add_argument("--pass-questions", type=int, default=64, help="questions sampled 8 times, each hop count")
     parser.add_argument("--publish", action="store_true", help="copy adapters and records into the repository")
+    parser.add_argument("--publish-only", action="store_true",
+                        help="measure nothing: publish what is measured so far (beside a running sweep)")
     args = parser.parse_args(argv)
+    args.publish = args.publish or args.publish_only
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import torch
 
@@ -233,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a sweep cut short by the end of a sitting has measured the most useful things first.
     adapters = {share: sft(args, share, timings) for share in args.shares}
     evals: dict[int, dict[str, Any]] = {}
-    if args.stage == "all":
+    if args.stage == "all" and not args.publish_only:
         for keys in (("pass8_1hop", "pass8_2hop"), tuple(MEASURES)):
             for share, adapter in adapters.items():
                 evals[share] = evaluate_share(args, share, adapter, timings, keys)

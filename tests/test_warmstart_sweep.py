@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -71,3 +72,21 @@ def test_rl_campaign_counts_steps_from_the_metrics_and_reads_a_committed_run(tmp
     (tmp_path / "rl-grpo-s0").mkdir()
     (tmp_path / "rl-grpo-s0" / "progress.json").write_text('{"step": 25, "run": "grpo-s0"}')
     assert rl_campaign.repo_start("grpo", 0) == (tmp_path / "rl-grpo-s0", 25)
+
+
+def test_a_new_machine_resumes_the_sweep_from_the_committed_adapter_and_measures(tmp_path: Path, monkeypatch) -> None:
+    committed = tmp_path / "checkpoints" / "sweep-warm25"
+    committed.mkdir(parents=True)
+    (committed / "adapter_config.json").write_text("{}")
+    (committed / "sft_summary.json").write_text('{"episodes": 160}')
+    results = tmp_path / "warmstart_sweep.json"
+    results.write_text('{"evals": {"25": {"pass8_1hop": {"informative": 0.5}}}}')
+    monkeypatch.setattr(sweep, "CHECKPOINTS", tmp_path / "checkpoints")
+    monkeypatch.setattr(sweep, "RESULTS", results)
+    out = tmp_path / "sweep"
+    out.mkdir()
+    assert sweep.restore_from_repo(out, 25)
+    assert (out / "warm25" / "adapter_config.json").is_file() and (out / "warm25" / "RESTORED").is_file()
+    assert json.loads((out / "warm25_eval.json").read_text()) == {"pass8_1hop": {"informative": 0.5}}
+    assert not sweep.restore_from_repo(out, 25)  # a local warm start is never overwritten
+    assert not sweep.restore_from_repo(out, 50)  # nothing committed for that share
