@@ -82,7 +82,7 @@ def _quantized_exhaustive(retriever: ImpactBM25, query: str, k: int) -> list[tup
     arrays = dict(zip(_ARRAYS, retriever._arrays, strict=True))
     scores = np.zeros(len(retriever._docs))
     for term in retriever._term_ids(query):
-        rows, values = decode_postings(arrays, term)
+        rows, values = decode_postings(arrays, term, retriever._block)
         scores[rows] += values
     order = np.lexsort((np.arange(len(scores)), -scores))[:k]
     return [(int(row), float(scores[row])) for row in order if scores[row] > 0]
@@ -286,4 +286,4 @@ def test_compressed_postings_take_three_bytes_a_posting(tmp_path) -> None:
     assert (arrays["low"].dtype, arrays["quant"].dtype) == (np.uint16, np.uint8)
     size = sum((folder / f"{name}.npy").stat().st_size for name in _ARRAYS)
     uncompressed = 8 * postings + 12 * terms  # format 1: int32 rows, float32 impacts, offsets and maxima
-    assert size < 0.8 * uncompressed
+    assert size < 0.7 * uncompressed

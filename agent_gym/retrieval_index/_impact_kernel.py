@@ -92,25 +92,25 @@ def _offer_new(
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _seek(
-    seg_pos: np.ndarray, seg_row: np.ndarray, low: np.ndarray, position: int, seg: int, seg_stop: int, end: int,
-    target: int,
+    seg_pos: np.ndarray, seg_block: np.ndarray, block: int, low: np.ndarray, position: int, seg: int, seg_stop: int,
+    end: int, target: int,
 ) -> tuple[int, int]:
     """Move a list's cursor (posting ``position`` in segment ``seg``) to its first row ``>= target``.
 
-    A segment holds the list's rows of one block (``seg_row[seg]`` + 16-bit offsets): the blocks wholly
+    A segment holds the list's rows of one block (``seg_block[seg] * block`` + 16-bit offsets): the blocks wholly
     below ``target`` are skipped by their start rows, then the offsets are galloped. The cursor stays
     normalized: a position at the end of a segment moves on to the next one.
     """
     if position >= end:
         return position, seg
     moved = False
-    while seg + 1 < seg_stop and seg_row[seg + 1] <= target:
+    while seg + 1 < seg_stop and np.int64(seg_block[seg + 1]) * block <= target:
         seg += 1
         moved = True
     if moved:
         position = seg_pos[seg]
     stop = seg_pos[seg + 1]
-    position = _advance(low, position, stop, target - seg_row[seg])
+    position = _advance(low, position, stop, target - np.int64(seg_block[seg]) * block)
     if position == stop and seg + 1 < seg_stop:
         seg += 1
     return position, seg
@@ -118,15 +118,15 @@ def _seek(
 
 @numba.njit(cache=True, nogil=True, fastmath={"nnan", "ninf", "nsz"})
 def _add_window(
-    seg_pos: np.ndarray, seg_row: np.ndarray, low: np.ndarray, quant: np.ndarray, position: int, seg: int,
-    seg_stop: int, end: int, base: int, limit: int, block_base: int, codebook: np.ndarray, code_base: int,
+    seg_pos: np.ndarray, seg_block: np.ndarray, block: int, low: np.ndarray, quant: np.ndarray, position: int,
+    seg: int, seg_stop: int, end: int, base: int, limit: int, block_base: int, codebook: np.ndarray, code_base: int,
     weight: float, buffer: np.ndarray, largest: float,
 ) -> tuple[int, int, float]:
     """Add one list's postings with rows in the window ``[base, limit)`` into the window buffer; return where the
     list stops (position, segment) and the largest sum seen. The window lies in one block (``block_base`` its
     first row), so in at most one segment; its end is found by galloping first, so the add loop tests nothing
     else. A posting adds ``codebook[code_base + quant] * weight`` (its impact, weighted)."""
-    if position >= end or seg_row[seg] != block_base:
+    if position >= end or np.int64(seg_block[seg]) * block != block_base:
         return position, seg, largest  # the list's next row lies in a later block
     segment_end = seg_pos[seg + 1]
     offset = base - block_base
@@ -191,7 +191,7 @@ def _search_one(
     terms: np.ndarray,
     term_segs: np.ndarray,
     seg_pos: np.ndarray,
-    seg_row: np.ndarray,
+    seg_block: np.ndarray,
     low: np.ndarray,
     quant: np.ndarray,
     term_code: np.ndarray,
@@ -261,7 +261,7 @@ def _search_one(
         slot = by_length[i]
         for segment in range(seg[slot], seg_stop[slot]):
             for at in range(seg_pos[segment], seg_pos[segment + 1]):
-                gathered[filled] = seg_row[segment] + np.int64(low[at])
+                gathered[filled] = np.int64(seg_block[segment]) * block + np.int64(low[at])
                 filled += 1
     seeded = np.unique(gathered)
     cursor = position.copy()
@@ -269,10 +269,11 @@ def _search_one(
     for row in seeded:
         score = 0.0
         for slot in range(m):
-            at, segment = _seek(seg_pos, seg_row, low, cursor[slot], cursor_seg[slot], seg_stop[slot], end[slot], row)
+            at, segment = _seek(seg_pos, seg_block, block, low, cursor[slot], cursor_seg[slot], seg_stop[slot],
+                                end[slot], row)
             cursor[slot] = at
             cursor_seg[slot] = segment
-            if at < end[slot] and seg_row[segment] + np.int64(low[at]) == row:
+            if at < end[slot] and np.int64(seg_block[segment]) * block + np.int64(low[at]) == row:
                 score += codebook[code_base[slot] + np.int64(quant[at])] * weight[slot]
         size = _offer(heap_scores, heap_rows, size, k, score, row)
     threshold = heap_scores[0] if size == k else -1.0  # BM25 weights are positive
@@ -291,7 +292,7 @@ def _search_one(
         base = no_row
         for slot in range(first_essential, m):
             if position[slot] < end[slot]:
-                row = seg_row[seg[slot]] + np.int64(low[position[slot]])
+                row = np.int64(seg_block[seg[slot]]) * block + np.int64(low[position[slot]])
                 if row < base:
                     base = row
         if base == no_row:
@@ -303,7 +304,7 @@ def _search_one(
         for slot in range(first_essential, m):
             window_start[slot] = position[slot]
             position[slot], seg[slot], largest = _add_window(
-                seg_pos, seg_row, low, quant, position[slot], seg[slot], seg_stop[slot], end[slot], base,
+                seg_pos, seg_block, block, low, quant, position[slot], seg[slot], seg_stop[slot], end[slot], base,
                 limit, block_base, codebook, code_base[slot], weight[slot], buffer, largest)
             essential_count += position[slot] - window_start[slot]
         if essential_count * _SPARSE_RATIO < _WINDOW:
@@ -323,20 +324,21 @@ def _search_one(
                 for slot in range(first_essential - 1, -1, -1):
                     if score + bound[slot] < threshold:
                         break
-                    at, segment = _seek(seg_pos, seg_row, low, position[slot], seg[slot], seg_stop[slot], end[slot],
-                                        row)
+                    at, segment = _seek(seg_pos, seg_block, block, low, position[slot], seg[slot], seg_stop[slot],
+                                        end[slot], row)
                     position[slot] = at
                     seg[slot] = segment
-                    if at < end[slot] and seg_row[segment] + np.int64(low[at]) == row:
+                    if at < end[slot] and np.int64(seg_block[segment]) * block + np.int64(low[at]) == row:
                         score += codebook[code_base[slot] + np.int64(quant[at])] * weight[slot]
                 size = _offer_new(heap_scores, heap_rows, size, k, score, row, seeded)
         else:
             # Dense window: add the other lists too, then scan the buffer for rows above the k-th.
             for slot in range(first_essential - 1, -1, -1):
-                at, segment = _seek(seg_pos, seg_row, low, position[slot], seg[slot], seg_stop[slot], end[slot], base)
+                at, segment = _seek(seg_pos, seg_block, block, low, position[slot], seg[slot], seg_stop[slot],
+                                    end[slot], base)
                 position[slot], seg[slot], largest = _add_window(
-                    seg_pos, seg_row, low, quant, at, segment, seg_stop[slot], end[slot], base, limit, block_base,
-                    codebook, code_base[slot], weight[slot], buffer, largest)
+                    seg_pos, seg_block, block, low, quant, at, segment, seg_stop[slot], end[slot], base, limit,
+                    block_base, codebook, code_base[slot], weight[slot], buffer, largest)
             cutoff = np.float32(heap_scores[0] * _CUTOFF_SLACK) if size == k else np.float32(0.0)
             # Once the k-th score is settled, most windows hold no row above it: only the others are
             # walked row by row.
@@ -374,7 +376,7 @@ def search_batch(
     query_starts: np.ndarray,
     term_segs: np.ndarray,
     seg_pos: np.ndarray,
-    seg_row: np.ndarray,
+    seg_block: np.ndarray,
     low: np.ndarray,
     quant: np.ndarray,
     term_code: np.ndarray,
@@ -390,20 +392,20 @@ def search_batch(
 
     The postings (see :mod:`agent_gym.retrieval_index.impact`): term ``t``'s segments are
     ``term_segs[t] .. term_segs[t+1]``; segment ``s`` holds postings ``seg_pos[s] .. seg_pos[s+1]``, rows
-    ``seg_row[s] + low[i]`` (``seg_row[s]`` a multiple of ``block``), impacts ``codebook[term_code[t] +
+    ``seg_block[s] * block + low[i]``, impacts ``codebook[term_code[t] +
     quant[i]]``; ``term_max[t]`` is the largest.
     """
     buffer = np.zeros(_WINDOW, dtype=np.float32)
     for query in range(len(query_starts) - 1):
         terms = query_terms[query_starts[query] : query_starts[query + 1]]
         out_counts[query] = _search_one(
-            terms, term_segs, seg_pos, seg_row, low, quant, term_code, codebook, term_max, block, k,
+            terms, term_segs, seg_pos, seg_block, low, quant, term_code, codebook, term_max, block, k,
             out_rows[query], out_scores[query], buffer,
         )
 
 
 # The kernel's array types, as :func:`agent_gym.retrieval_index.impact.ImpactBM25` passes them.
-SIGNATURE = ("void(i4[::1], i8[::1], i8[::1], i8[::1], i8[::1], u2[::1], u1[::1], i8[::1], f4[::1], f4[::1], i8, i8, "
+SIGNATURE = ("void(i4[::1], i8[::1], u4[::1], i8[::1], u2[::1], u2[::1], u1[::1], u4[::1], f4[::1], f4[::1], i8, i8, "
              "i4[:,::1], f4[:,::1], i4[::1])")
 
 

@@ -71,8 +71,8 @@ INSTALL_HINT = "pip install numba"
 _FORMAT = 2  # 1: int32 rows and float32 impacts; 2: segments of 16-bit row offsets, 8-bit impacts
 BLOCK = 1 << 16  # rows per block: a segment's rows are its block's first row plus 16-bit offsets
 _LEVELS = 255  # the largest one-byte code: a term's codebook has at most 256 values
-_ARRAYS = {"term_segs": np.int64, "seg_pos": np.int64, "seg_row": np.int64, "low": np.uint16, "quant": np.uint8,
-           "term_code": np.int64, "codebook": np.float32, "term_max": np.float32}
+_ARRAYS = {"term_segs": np.uint32, "seg_pos": np.int64, "seg_block": np.uint16, "low": np.uint16, "quant": np.uint8,
+           "term_code": np.uint32, "codebook": np.float32, "term_max": np.float32}
 _NAMES = tuple(_ARRAYS)
 
 
@@ -205,11 +205,12 @@ def compress_postings(
     """The kernel's arrays (format 2) for posting lists given as ``offsets`` (term -> range), rows and impacts.
 
     Rows are split into blocks of ``block`` (a power of two from 4,096 to 65,536): one segment per term and
-    block it occurs in, holding the block's first row and 16-bit offsets. Impacts become one-byte codes into
-    the term's codebook (``term_code[t]`` its start): the term's distinct impacts where it has at most 256,
-    which is exact (BM25's impact depends on the term frequency and the one-byte length only, so most terms
-    have few), else 256 levels evenly spaced over its ``[min, max]``, each impact rounded to the nearest.
-    ``term_max`` is each term's largest codebook value.
+    block it occurs in, holding its block's number (16 bits) and 16-bit offsets from the block's first row.
+    Per-term entries are 32-bit (``term_segs``, ``term_code``); posting positions (``seg_pos``) 64-bit.
+    Impacts become one-byte codes into the term's codebook (``term_code[t]`` its start): the term's distinct
+    impacts where it has at most 256, which is exact (BM25's impact depends on the term frequency and the
+    one-byte length only, so most terms have few), else 256 levels evenly spaced over its ``[min, max]``, each
+    impact rounded to the nearest. ``term_max`` is each term's largest codebook value.
     """
     if block & (block - 1) or not 4096 <= block <= 1 << 16:
         raise InvalidValue(f"block must be a power of two from 4096 to 65536, got {block}")
@@ -223,8 +224,12 @@ def compress_postings(
     starts[1:] = (term_of[1:] != term_of[:-1]) | (blocks[1:] != blocks[:-1])
     seg_first = np.flatnonzero(starts)
     seg_pos = np.append(seg_first, total).astype(np.int64)
-    seg_row = (blocks[seg_first] * block).astype(np.int64)
-    term_segs = np.searchsorted(term_of[seg_first], np.arange(n_terms + 1), side="left").astype(np.int64)
+    if total and int(blocks.max()) > np.iinfo(np.uint16).max:
+        raise InvalidValue(f"{int(postings.max()) + 1} rows need more than 65,536 blocks of {block}: use larger blocks")
+    seg_block = blocks[seg_first].astype(np.uint16)
+    if len(seg_first) >= 2**32:
+        raise InvalidValue(f"{len(seg_first)} posting segments: more than the index format's 2^32")
+    term_segs = np.searchsorted(term_of[seg_first], np.arange(n_terms + 1), side="left").astype(np.uint32)
     low = (postings - blocks * block).astype(np.uint16)
     del blocks, starts, seg_first
     # Each term's distinct impacts, in order: rank among them is the code of an exactly coded term.
@@ -241,6 +246,8 @@ def compress_postings(
     sizes = np.where(exact, distinct_count, _LEVELS + 1)
     term_code = np.zeros(n_terms + 1, dtype=np.int64)
     np.cumsum(sizes, out=term_code[1:])
+    if term_code[-1] >= 2**32:
+        raise InvalidValue(f"{int(term_code[-1])} codebook entries: more than the index format's 2^32")
     codebook = np.zeros(int(term_code[-1]), dtype=np.float32)
     kept = exact[distinct_term]
     codebook[term_code[distinct_term[kept]] + (np.flatnonzero(kept) - distinct_start[distinct_term[kept]])] = (
@@ -265,18 +272,18 @@ def compress_postings(
     quant[order] = codes
     del order, codes, sorted_terms, sorted_values, term_of
     term_max = np.maximum.reduceat(codebook, term_code[:-1]) if len(codebook) else np.zeros(n_terms)
-    return {"term_segs": term_segs, "seg_pos": seg_pos, "seg_row": seg_row, "low": low, "quant": quant,
-            "term_code": term_code, "codebook": codebook, "term_max": term_max.astype(np.float32)}
+    return {"term_segs": term_segs, "seg_pos": seg_pos, "seg_block": seg_block, "low": low, "quant": quant,
+            "term_code": term_code.astype(np.uint32), "codebook": codebook, "term_max": term_max.astype(np.float32)}
 
 
-def decode_postings(arrays: dict[str, np.ndarray], term: int) -> tuple[np.ndarray, np.ndarray]:
+def decode_postings(arrays: dict[str, np.ndarray], term: int, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """A term's rows and impacts, decoded from the compressed arrays: the reference the kernel's decoding is
     tested against."""
     rows, values = [], []
     code_base = int(arrays["term_code"][term])
     for segment in range(int(arrays["term_segs"][term]), int(arrays["term_segs"][term + 1])):
         span = slice(int(arrays["seg_pos"][segment]), int(arrays["seg_pos"][segment + 1]))
-        rows.append(int(arrays["seg_row"][segment]) + arrays["low"][span].astype(np.int64))
+        rows.append(int(arrays["seg_block"][segment]) * block + arrays["low"][span].astype(np.int64))
         values.append(arrays["codebook"][code_base + arrays["quant"][span].astype(np.int64)].astype(np.float64))
     return np.concatenate(rows), np.concatenate(values)
 
@@ -388,7 +395,7 @@ class ImpactBM25(Retriever):
     """BM25 (Lucene's formula and English analysis) over precomputed impacts, MaxScore-pruned, compressed.
 
     Files in ``out_dir/impact``: the compressed postings (:func:`compress_postings`: ``term_segs.npy``,
-    ``seg_pos.npy``, ``seg_row.npy``, ``low.npy``, ``quant.npy``, ``term_code.npy``, ``codebook.npy``,
+    ``seg_pos.npy``, ``seg_block.npy``, ``low.npy``, ``quant.npy``, ``term_code.npy``, ``codebook.npy``,
     ``term_max.npy``), the vocabulary (see :class:`Vocabulary`) and ``params.json``. Everything is
     memory-mapped when opened from disk.
 
