@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from agent_gym.cache_root import cache_root as shared_cache_root
 from agent_gym.error import AgentGymError
 
 PROVENANCE_FILE = "provenance.json"
@@ -80,8 +81,7 @@ KNOWN_MODELS: dict[str, WheelModel] = {
 
 def cache_root() -> Path:
     """Where converted models live: ``$AGENT_GYM_CACHE/models``, default ``~/.cache/agent-gym/models``."""
-    base = os.environ.get("AGENT_GYM_CACHE") or Path.home() / ".cache" / "agent-gym"
-    return Path(base) / "models"
+    return shared_cache_root() / "models"
 
 
 def is_known_model(name: str | os.PathLike) -> bool:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent_gym.cache_root import data_root
 from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import Hit, RetrievalError, Retriever, clean_query
 from agent_gym.retrieval_index.corpus import DocStore, Document, make_hits
@@ -146,10 +147,9 @@ def load_encoder(name: str | None = None, device: str | None = None) -> Encoder:
 
 
 def default_embedding_cache() -> Path:
-    """Where :func:`make_retriever` caches passage vectors: ``$AGENT_GYM_DATA_DIR/embeddings``
-    (default ``~/.cache/agent_gym/embeddings``), the data cache the dataset loaders use."""
-    root = os.environ.get("AGENT_GYM_DATA_DIR")
-    return (Path(root).expanduser() if root else Path.home() / ".cache" / "agent_gym") / "embeddings"
+    """Where :func:`make_retriever` caches passage vectors: ``embeddings/`` under the data root the dataset loaders
+    use (``$AGENT_GYM_DATA_DIR``, else ``$AGENT_GYM_CACHE`` or ``~/.cache/agent-gym``)."""
+    return data_root("embeddings") / "embeddings"
 
 
 def _cached_passage_vectors(

@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from agent_gym.cache_root import cache_root
 from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import (
     MAX_QUERY_TERMS,
@@ -98,8 +99,7 @@ _EXTENSION = "agent_gym_impact_kernel"
 
 def kernel_cache_dir() -> Path:
     """Where the ahead-of-time compiled kernel is kept: ``$AGENT_GYM_CACHE/kernels`` (``~/.cache/agent-gym``)."""
-    root = os.environ.get("AGENT_GYM_CACHE")
-    return (Path(root).expanduser() if root else Path.home() / ".cache" / "agent-gym") / "kernels"
+    return cache_root() / "kernels"
 
 
 def _extension_path() -> Path:

@@ -31,10 +31,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from agent_gym.cache_root import DATA_DIR_ENV, data_root
 from agent_gym.error import AgentGymError, InvalidValue
 
-DATA_DIR_ENV = "AGENT_GYM_DATA_DIR"
-SHARED_CACHE_ENV = "AGENT_GYM_CACHE"  # the root of every agent-gym cache (models, kernels, data)
 OFFLINE_ENV = "AGENT_GYM_OFFLINE"
 HF_OFFLINE_ENV = "HF_HUB_OFFLINE"
 _HUB_HOSTS = ("huggingface.co", "hf.co")
@@ -185,16 +184,7 @@ def cache_dir() -> Path:
 
     Older versions kept data in ``~/.cache/agent_gym``: while that folder holds ``datasets/`` and the new root
     holds none, it is still the one read (and written), so nothing downloaded before is fetched again."""
-    configured = os.environ.get(DATA_DIR_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    shared = os.environ.get(SHARED_CACHE_ENV)
-    if shared:
-        return Path(shared).expanduser()
-    root, legacy = Path.home() / ".cache" / "agent-gym", Path.home() / ".cache" / "agent_gym"
-    if (legacy / "datasets").is_dir() and not (root / "datasets").is_dir():
-        return legacy
-    return root
+    return data_root("datasets")
 
 
 def dataset_dir(name: str, root: str | Path | None = None) -> Path:
