@@ -86,6 +86,19 @@ def _exception_classes_in_the_package() -> dict[str, list[str]]:
     return {name: bases for name, bases in bases_of.items() if name in exceptions}
 
 
+def _derives_from_exception(name: str, found: dict[str, list[str]]) -> bool:
+    """Whether a package exception class derives (by base names) from ``Exception``, not only ``BaseException``."""
+    import builtins
+
+    for base in found.get(name, []):
+        builtin = getattr(builtins, base, None)
+        if isinstance(builtin, type) and issubclass(builtin, Exception):
+            return True
+        if base in found and base != name and _derives_from_exception(base, found):
+            return True
+    return False
+
+
 def test_every_public_exception_class_in_the_package_derives_from_agent_gym_error() -> None:
     # Found from the source, so an error added later cannot be missed by a hand-kept list.
     found = _exception_classes_in_the_package()
@@ -95,8 +108,11 @@ def test_every_public_exception_class_in_the_package_derives_from_agent_gym_erro
         if grown == ours:
             break
         ours = grown
-    # UsageError is the CLI's exit-2 signal, a SystemExit on purpose (argparse's convention), not an error.
-    outside = sorted(set(found) - ours - {"UsageError"})
+    # Stop signals are not errors: UsageError is the CLI's exit-2 SystemExit (argparse's convention), and the
+    # Ctrl-C/SIGTERM stops (KeyboardInterrupt, BaseException) must not be caught by an `except Exception`.
+    signals = {name for name, bases in found.items() if not _derives_from_exception(name, found)}
+    assert {"UsageError", "TrainingInterrupted", "EvaluationInterrupted", "StopRequested"} <= signals
+    outside = sorted(set(found) - ours - signals)
     assert {"RemoteEnvError", "RayClusterError", "EnvPoolError", "SandboxError"} <= ours
     assert outside == [], f"exceptions not derived from AgentGymError: {outside}"
 

@@ -141,11 +141,13 @@ class RemoteEnv(gym.Env[str, str]):
             raise RemoteEnvError(f"lost the env server at {self._ws_url}: {error}") from error
         try:
             answer = json.loads(raw)
-            if not isinstance(answer, dict) or not isinstance(answer.get("data"), dict):
-                raise ValueError(f"expected an object with a \"data\" object, got {raw[:200]!r}")
-        except (TypeError, ValueError) as error:  # a binary frame, not JSON, not the protocol's shape
+        except (TypeError, ValueError) as error:  # a binary frame, or not JSON
             raise RemoteEnvError(f"the env server at {self._ws_url} answered {message['type']} with something "
                                  f"that is not an OpenEnv message: {error}") from error
+        if not isinstance(answer, dict) or not isinstance(answer.get("data"), dict):
+            raise RemoteEnvError(f"the env server at {self._ws_url} answered {message['type']} with something "
+                                 f"that is not an OpenEnv message: expected an object with a \"data\" object, "
+                                 f"got {raw[:200]!r}")
         if answer.get("type") == "error":
             data = answer.get("data") or {}
             if data.get("code") in ("IDLE_TIMEOUT", "CAPACITY_REACHED", "SESSION_ERROR"):
