@@ -251,14 +251,6 @@ class Trainer:
             layers_to_transform=layers,
             task_type="CAUSAL_LM",
         )
-        lora = LoraConfig(
-            r=self.config.lora_rank,
-            lora_alpha=self.config.lora_alpha,
-            lora_dropout=self.config.lora_dropout,
-            target_modules=targets,
-            layers_to_transform=layers,
-            task_type="CAUSAL_LM",
-        )
         return get_peft_model(model, lora)
 
     def _default_env_fns(self, env_kwargs: dict[str, Any]) -> list[Callable[[], Any]]:
@@ -507,7 +499,6 @@ class Trainer:
             old_logprobs = scored.old_logprobs if scored.old_logprobs is not None else logprobs.detach()
             zero = logprobs.new_zeros(())
             sums[m.UPDATE_TOKENS] += computed
-
 
             # PPO Eq. 7 on the masked tokens (Agent-R1's action mask); losses.py holds the equations.
             pg = policy_loss(
