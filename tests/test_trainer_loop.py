@@ -388,6 +388,10 @@ def test_training_updates_weights_and_logs_stable_metric_names(tiny_model_dir, t
     assert expected <= set(records[1])
     assert {m.EVAL_REWARD, m.EVAL_EM} <= set(records[0]) & set(records[2])
     assert (tmp_path / "final" / "config.json").is_file()
+    # the trained weights and the checkpoint's are as readable as the config beside them (safetensors wrote 0600)
+    for folder in (tmp_path / "final", *(tmp_path / "checkpoints").glob("*/policy")):
+        config_mode = (folder / "config.json").stat().st_mode & 0o777
+        assert {(w.stat().st_mode & 0o777) for w in folder.glob("*.safetensors")} == {config_mode}
 
 
 @pytest.mark.slow

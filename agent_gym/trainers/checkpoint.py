@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from agent_gym.error import AgentGymError
+from agent_gym.models.saving import save_model
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "trainer_state.pt"
@@ -115,9 +116,7 @@ def save_checkpoint(
     tmp.mkdir(parents=True)
     torch.save(state, tmp / STATE_FILE)
     if policy is not None and hasattr(policy, "save_pretrained"):
-        policy.save_pretrained(tmp / POLICY_DIR)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp / POLICY_DIR)
+        save_model(policy, tokenizer, tmp / POLICY_DIR)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)

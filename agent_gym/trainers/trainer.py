@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from agent_gym.models.saving import save_model
 from agent_gym.trainers import metrics as m
 from agent_gym.trainers.algorithms import (
     ESTIMATORS,
@@ -834,8 +835,7 @@ class Trainer:
         """The trained policy (LoRA: its adapter) and tokenizer as a HF directory: ``output_dir/final``; PPO's
         critic beside them (``critic.pt``), for value-guided decoding (``agent-gym eval --value-guided N``)."""
         final = self.output_dir / "final"
-        self.model.save_pretrained(final)
-        self.tokenizer.save_pretrained(final)
+        save_model(self.model, self.tokenizer, final)
         if self.critic is not None:
             self.critic.save(final / CRITIC_FILE)
         return final

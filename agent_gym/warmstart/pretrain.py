@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from agent_gym.models.saving import save_model
 from agent_gym.models.threads import DEFAULT_TORCH_THREADS
 from agent_gym.trainers.checkpoint import (
     STATE_FILE,
@@ -310,6 +311,5 @@ class Pretrainer:
     def save_final(self) -> Path:
         """The model and tokenizer as a Hugging Face directory: ``output_dir/final``."""
         final = self.output_dir / "final"
-        self.model.save_pretrained(final)
-        self.tokenizer.save_pretrained(final)
+        save_model(self.model, self.tokenizer, final)
         return final
