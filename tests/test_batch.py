@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agent_gym.trainers.algorithms import ESTIMATORS, EstimatorInputs, gae_advantages, grpo_advantages
-from agent_gym.trainers.batch import Advantages, ScoredBatch, UpdateBatch
+from agent_gym.trainers.batch import Advantages, ScoredBatch, TokenBatch, UpdateBatch
 from agent_gym.trainers.trajectory import Trajectory, collate
 
 
@@ -57,7 +57,14 @@ def _inputs(**overrides) -> EstimatorInputs:
         "action_mask": action_mask,
         "values": torch.full((4, 3), 0.25),
     }
-    return EstimatorInputs(**{**values, **overrides})
+    values.update(overrides)
+    # the batch itself, for estimators that read its tokens (GiGPO's anchor states): a one-token prompt, then a turn
+    values.setdefault("tokens", TokenBatch(
+        input_ids=torch.tensor([[1, 5, 6], [1, 5, 7], [2, 8, 9], [2, 8, 9]]), attention_mask=torch.ones(4, 3),
+        response_mask=action_mask, model_token_mask=action_mask, sampling_logprobs=torch.zeros(4, 3),
+        token_rewards=values["token_rewards"], prompt_lengths=torch.ones(4, dtype=torch.long),
+        episode_returns=values["episode_returns"], group_index=values["group_index"]))
+    return EstimatorInputs(**values)
 
 
 def test_estimator_table_runs_the_estimator_its_algo_names():

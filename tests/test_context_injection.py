@@ -119,7 +119,7 @@ class _FakeLLM:
         return outputs
 
 
-def test_vllm_backend_prompt_ids_hold_env_text_as_plain_text(tokenizer, monkeypatch):
+def test_vllm_backend_prompt_ids_hold_env_text_as_plain_text(tokenizer, monkeypatch, tmp_path):
     from agent_gym.trainers.backends.vllm_backend import VLLMBackend
 
     fake = types.ModuleType("vllm")
@@ -129,7 +129,7 @@ def test_vllm_backend_prompt_ids_hold_env_text_as_plain_text(tokenizer, monkeypa
     monkeypatch.setitem(sys.modules, "vllm", fake)
     for key in ("VLLM_ENABLE_V1_MULTIPROCESSING", "TORCHDYNAMO_DISABLE", "VLLM_CPU_OMP_THREADS_BIND"):
         monkeypatch.delenv(key, raising=False)  # restored after the test
-    backend = VLLMBackend("unused-path", tokenizer)
+    backend = VLLMBackend(str(tmp_path), tokenizer)  # a real folder: the fake vllm never reads it
     config = RolloutConfig(max_new_tokens=4, show_progress=False, max_context_tokens=4096)
     RolloutCollector([_HostileToolEnv()], backend, tokenizer, config).collect(["t"], seed=0)
     first, second = backend.llm.requests
