@@ -42,6 +42,7 @@ from typing import Any
 import gymnasium as gym
 
 from agent_gym.error import InvalidValue
+from agent_gym.retrieval_index.http_body_limit import BodySizeLimit
 
 logger = logging.getLogger(__name__)
 
@@ -106,69 +107,6 @@ def _dumps(payload: Any) -> str:
     except UnicodeEncodeError:
         return json.dumps(payload)
     return text
-
-
-async def _send_http_error(send: Any, status: int, message: str) -> None:
-    """Answer ``{"error": message}`` from ASGI middleware, closing the connection (its body is left unread)."""
-    body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
-
-
-class _BodyLimit:
-    """Pure-ASGI guard: answer 413 to a body over ``max_body_bytes`` without reading more of it than that, and
-    408 to a body that takes longer than ``timeout_s`` to arrive (as the search server's ``_BodySizeLimit``).
-
-    A ``Content-Length`` over the limit is refused before a byte is read; a chunked body is counted as it
-    arrives. Measured before: a 600 MiB ``POST /reset`` took the server from 85 to 1,284 MiB.
-    """
-
-    def __init__(self, app: Any, max_body_bytes: int, timeout_s: float) -> None:
-        self.app, self.max_body_bytes, self.timeout_s = app, max_body_bytes, timeout_s
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
-                await self._refuse(send, f"the request body ({int(value)} bytes)")
-                return
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(self.timeout_s):  # a body trickled in forever would hold a connection
-                while True:
-                    message = await receive()
-                    if message["type"] != "http.request":  # the client went away
-                        return
-                    chunks.append(message.get("body", b""))
-                    size += len(chunks[-1])
-                    if size > self.max_body_bytes:
-                        await self._refuse(send, "the request body")
-                        return
-                    if not message.get("more_body", False):
-                        break
-        except TimeoutError:
-            await _send_http_error(send, 408, f"the request body did not arrive within {self.timeout_s:g} s")
-            return
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if replayed:  # the app waits for a disconnect after the body: pass the real one on
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, send: Any, what: str) -> None:
-        await _send_http_error(send, 413, f"{what} exceeds the limit of {self.max_body_bytes} bytes; a reset "
-                                          "body is {\"seed\": int, \"options\": {...}}")
 
 
 def _default_max_idle_connections() -> int:
@@ -332,7 +270,8 @@ def create_env_app(
     action_length, observation_length = _space_length(probe.action_space), _space_length(probe.observation_space)
     probe.close()
     app = FastAPI(title=f"{name} (OpenEnv protocol)", docs_url=None, redoc_url=None)
-    app.add_middleware(_BodyLimit, max_body_bytes=max_body_bytes, timeout_s=request_timeout_s)
+    app.add_middleware(BodySizeLimit, max_body_bytes=max_body_bytes, body_timeout=request_timeout_s,
+                       hint='a reset body is {"seed": int, "options": {...}}')
     limits = {"max_message_bytes": max_message_bytes, "max_body_bytes": max_body_bytes,
               "request_timeout_s": request_timeout_s, "max_idle_connections": max_idle_connections}
     app.state.server_limits = limits  # read by env_server_config

@@ -4,7 +4,7 @@ uvicorn closes an idle keep-alive connection after ``timeout_keep_alive`` second
 connection that opens and sends nothing, or sends its request head a byte at a time (each byte resets the
 keep-alive timer): measured, 2,000 such connections stayed open indefinitely. Here a connection must deliver a
 whole request head within ``timeout_keep_alive`` seconds of opening or of its last response, else it is
-closed. The body has a deadline of its own (``server._BodySizeLimit``); a request in progress is never cut.
+closed. The body has a deadline of its own (``http_body_limit.BodySizeLimit``); a request in progress is never cut.
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ per request with 2 h11 workers), hence :func:`bind_socket`. httpx's client sets 
 
 # No `from __future__ import annotations`: FastAPI must resolve the request models, which are defined inside
 # create_app (so importing this module for the CLI does not need fastapi).
-import asyncio
 import ipaddress
 import json
 import logging
@@ -49,6 +48,7 @@ from typing import Any
 
 from agent_gym.error import AgentGymError, InvalidValue
 from agent_gym.retrieval_index.base import Hit, Retriever
+from agent_gym.retrieval_index.http_body_limit import BodySizeLimit
 
 logger = logging.getLogger(__name__)
 
@@ -126,72 +126,6 @@ def _validation_problems(error: Any) -> str:
         where = ".".join(str(part) for part in item.get("loc", ()) if part != "body") or "body"
         problems.append(f"{where}: {item.get('msg', 'invalid')}")
     return "; ".join(problems)
-
-
-class _BodySizeLimit:
-    """Pure-ASGI guard: answer 413 to any body over the limit, without reading more of it than the limit.
-
-    A ``Content-Length`` over the limit is refused before any byte is read. Other bodies (``Transfer-Encoding:
-    chunked`` has no length) are read here, counted as they arrive, and refused as soon as they pass the limit
-    (measured before this: a 60 MB chunked body was read and parsed in full, RSS 86 -> 184 MB); a body within
-    the limit is handed to the app from memory.
-    """
-
-    def __init__(self, app: Any, max_body_bytes: int, body_timeout: float = REQUEST_TIMEOUT_S) -> None:
-        self.app = app
-        self.max_body_bytes = max_body_bytes
-        self.body_timeout = body_timeout
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
-                await self._refuse(send, f"request body of {int(value)} bytes")
-                return
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(self.body_timeout):  # a body trickled in forever holds a connection
-                while True:
-                    message = await receive()
-                    if message["type"] != "http.request":  # the client went away
-                        return
-                    chunks.append(message.get("body", b""))
-                    size += len(chunks[-1])
-                    if size > self.max_body_bytes:
-                        await self._refuse(send, "request body")
-                        return
-                    if not message.get("more_body", False):
-                        break
-        except TimeoutError:
-            await _send_error(send, 408, f"the request body did not arrive within {self.body_timeout:g} s")
-            return
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if replayed:  # the app waits for a disconnect after the body: pass the real one on
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, send: Any, what: str) -> None:
-        message = f"{what} exceeds the limit of {self.max_body_bytes} bytes; send fewer or shorter queries"
-        await _send_error(send, 413, message)
-
-
-async def _send_error(send: Any, status: int, message: str) -> None:
-    """Answer ``{"error": message}`` from ASGI middleware, closing the connection (its body is left unread)."""
-    body = json.dumps({"error": message, "detail": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
 
 
 class _RetrieverHolder:
@@ -417,8 +351,8 @@ def create_app(
                       "pid": os.getpid(), **limits})
 
     # Valid bodies are bounded by max_queries * max_query_chars; JSON escapes cost up to 6 bytes a character.
-    return _BodySizeLimit(app, max_body_bytes=max_queries * (6 * max_query_chars + 8) + 65536,
-                          body_timeout=body_timeout)
+    return BodySizeLimit(app, max_body_bytes=max_queries * (6 * max_query_chars + 8) + 65536,
+                         body_timeout=body_timeout, hint="send fewer or shorter queries")
 
 
 # ----------------------------------------------------------------------------------------------------------
