@@ -151,7 +151,7 @@ def test_sft_resumed_from_a_checkpoint_ends_with_the_weights_of_an_uninterrupted
     examples = [tokenize_episode(tokenizer, _oracle_messages())] * 6
     config = SFTConfig(epochs=2, batch_size=2, lr=1e-3, save_every=2, seed=3)
     straight = build_model("tiny", tokenizer, seed=0)
-    train_sft(straight, tokenizer, examples, config, show_progress=False)
+    straight_losses = train_sft(straight, tokenizer, examples, config, show_progress=False)
 
     real_loss, calls = lm_loss.weighted_lm_loss, []
 
@@ -168,7 +168,8 @@ def test_sft_resumed_from_a_checkpoint_ends_with_the_weights_of_an_uninterrupted
     monkeypatch.setattr(lm_loss, "weighted_lm_loss", real_loss)
     resumed = build_model("tiny", tokenizer, seed=0)
     losses = train_sft(resumed, tokenizer, examples, config, output_dir=tmp_path, show_progress=False)
-    assert len(losses) == 6 - 2  # it went on from the step-2 checkpoint
+    # it went on from the step-2 checkpoint, and its loss history is the whole run's (sft_summary reads it)
+    assert len(losses) == 6 and losses == pytest.approx(straight_losses, abs=1e-5)
     for name, tensor in straight.state_dict().items():
         assert torch.allclose(tensor, resumed.state_dict()[name], atol=1e-6), name
 

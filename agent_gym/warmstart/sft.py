@@ -97,7 +97,8 @@ def train_sft(
     drills: Any = None,
     show_progress: bool = True,
 ) -> list[float]:
-    """AdamW on next-token cross-entropy over assistant tokens only; returns the loss of every step run.
+    """AdamW on next-token cross-entropy over assistant tokens only; returns the loss of every step of the run
+    (a resumed run's too: the checkpoint keeps them).
 
     Args:
         drills: a :class:`~agent_gym.warmstart.copy_drills.DrillSource`; with ``config.drill_tokens`` > 0, each
@@ -145,6 +146,7 @@ def train_sft(
                                                                       total_steps=steps, warmup_overlaps=True))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     step = 0
+    losses: list[float] = []
     run = _run_identity(config, len(rows))
     checkpoint = latest_checkpoint(output_dir) if output_dir is not None else None
     if checkpoint is not None:
@@ -154,15 +156,15 @@ def train_sft(
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["scheduler"])
         step = int(state["step"])
+        losses = list(state.get("losses", []))  # checkpoints before 0.1 kept none: the history starts here
         if show_progress:
             tqdm.write(f"resumed from step {step} ({checkpoint})")
     model.train()
-    losses: list[float] = []
     progress = tqdm(total=steps, initial=step, desc="sft", unit="step", disable=not show_progress)
 
     def save() -> Path:
         state = {"step": step, "model": trainable_state_dict(model), "optimizer": optimizer.state_dict(),
-                 "scheduler": schedule.state_dict(), "run": run}
+                 "scheduler": schedule.state_dict(), "run": run, "losses": losses}
         return save_checkpoint(output_dir, step, state, keep=config.keep_checkpoints)
 
     with StopOnSignal() as stop:
