@@ -1,4 +1,4 @@
-"""The ``summarize`` context policy's default summarizer (DESIGN §2): an extractive summary of folded turns.
+"""The ``summarize`` context policy's default summarizer (docs/DESIGN.md §2): an extractive summary of folded turns.
 
 When a ``summarize`` env folds its older turns, each tool call they made becomes one line: the call, and the
 lines of its result that share the most words with the call's arguments (at most two; the first line when none

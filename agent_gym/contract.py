@@ -1,4 +1,4 @@
-"""The env contract of DESIGN §2 in code: the info keys, their types, and a checker that holds an env to them.
+"""The env contract of docs/DESIGN.md §2 in code: the info keys, their types, and a checker that holds an env to them.
 
 Every consumer of an env (the rollout collector, evaluation, the adapters) reads ``info`` through the names
 below, so a key means one thing everywhere. The one derived key is ``new_messages``: the messages a step
@@ -103,7 +103,7 @@ class ResetInfo(StepInfo, total=False):
 
 
 class ContractError(AgentGymError, ValueError):
-    """An env's reset or step broke the env contract (DESIGN §2); the message says which rule."""
+    """An env's reset or step broke the env contract (docs/DESIGN.md §2); the message says which rule."""
 
 
 def new_messages(info: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -141,7 +141,7 @@ def _check_common(info: Any, *, require_new_messages: bool) -> Mapping[str, Any]
     if not isinstance(info, Mapping):
         raise ContractError(f"info must be a dict, got {type(info).__name__}")
     if MESSAGES not in info:
-        raise ContractError("info has no 'messages': the env must hand the agent its context (DESIGN §2)")
+        raise ContractError("info has no 'messages': the env must hand the agent its context (docs/DESIGN.md §2)")
     _check_messages(info[MESSAGES], MESSAGES, non_empty=True)
     if NEW_MESSAGES in info:
         _check_messages(info[NEW_MESSAGES], NEW_MESSAGES, non_empty=False)
@@ -203,7 +203,7 @@ _DEFAULT_ACTIONS = ("I will look this up.", "<answer>I do not know</answer>")
 
 def check_tool_env_contract(env: Any, *, seed: int = 0, actions: Sequence[str] = _DEFAULT_ACTIONS,
                             max_steps: int = 4) -> None:
-    """Play one short episode of ``env`` and raise :class:`ContractError` on the first broken rule of DESIGN §2.
+    """Play one short episode of ``env`` and raise :class:`ContractError` on the first broken rule of docs/DESIGN.md §2.
 
     Checks: text spaces that hold the observations; ``reset`` and ``step`` return shapes and types; every info
     key above that is present has its type; ``new_messages`` is what each step appended; a seeded reset repeats

@@ -1,4 +1,4 @@
-"""ToolEnv: the step-level MDP of a tool-using language agent (DESIGN §2, Agent-R1 v0.1).
+"""ToolEnv: the step-level MDP of a tool-using language agent (docs/DESIGN.md §2, Agent-R1 v0.1).
 
 State is the context the environment hands the agent for its next turn (``info["messages"]``). An action is
 the agent's whole turn as text. The environment parses it with a wire format, runs the tools it calls,

@@ -1,4 +1,4 @@
-"""Tool-call wire formats: parse an agent's turn, render tool results (DESIGN §3).
+"""Tool-call wire formats: parse an agent's turn, render tool results (docs/DESIGN.md §3).
 
 A format is independent of the tools, so every tool speaks every format:
 

@@ -1,4 +1,4 @@
-"""Registering tool environments with Gymnasium (DESIGN §1, STYLE: registration is data).
+"""Registering tool environments with Gymnasium (docs/DESIGN.md §1, STYLE: registration is data).
 
 Every id becomes an ordinary :class:`gymnasium.envs.registration.EnvSpec`, so ``gym.make``, ``gym.make_vec``
 and ``gym.make("agent_gym:ID")`` all work. Gymnasium deep-copies ``spec.kwargs`` on every ``make``, so the

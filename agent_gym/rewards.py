@@ -1,4 +1,4 @@
-"""Answer metrics and reward specifications (DESIGN §4).
+"""Answer metrics and reward specifications (docs/DESIGN.md §4).
 
 The metrics follow the official evaluators. All three datasets normalise answers as SQuAD does: lower-cased,
 stripped of punctuation and of the articles a/an/the, white space folded; EM is the best over gold aliases.

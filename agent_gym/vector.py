@@ -1,4 +1,4 @@
-"""A native batched vector env for tool environments (DESIGN §2, "Vectorised use").
+"""A native batched vector env for tool environments (docs/DESIGN.md §2, "Vectorised use").
 
 All N environments share their tool objects (one retriever in memory), and each step sends the tool calls
 of every environment that calls the same tool as one batch (``agent_gym.env.step_turns``): N searches become

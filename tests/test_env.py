@@ -1,4 +1,4 @@
-"""ToolEnv implements the DESIGN §2 contract: info keys, episode ends, context policies, rewards, seeding."""
+"""ToolEnv implements the docs/DESIGN.md §2 contract: info keys, episode ends, context policies, rewards, seeding."""
 
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ def test_model_init_command_builds_from_a_corpus_file(tmp_path, capsys):
 
 
 class CorpusEnv(gym.Env):
-    """A minimal DESIGN §2 env whose unwrapped object offers `corpus_texts()`."""
+    """A minimal docs/DESIGN.md §2 env whose unwrapped object offers `corpus_texts()`."""
 
     def __init__(self, question: str = "Who founded Zorblax Industries?") -> None:
         self.observation_space = self.action_space = UnicodeText(max_length=1000)

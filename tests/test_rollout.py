@@ -1,4 +1,4 @@
-"""The rollout collector: token-in/token-out trajectories from an env that follows DESIGN §2 only."""
+"""The rollout collector: token-in/token-out trajectories from an env that follows docs/DESIGN.md §2 only."""
 
 from __future__ import annotations
 

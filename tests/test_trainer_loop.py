@@ -1,6 +1,6 @@
 """The trainer loop end to end on a tiny model and a tiny in-test env, plus its persistence pieces.
 
-The env here is written against DESIGN §2 only (no suite import), which is all the trainer may rely on.
+The env here is written against docs/DESIGN.md §2 only (no suite import), which is all the trainer may rely on.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def test_sync_weights_makes_the_engine_sample_from_the_updated_model(engine):
 
 
 class _TwoTurnEnv:
-    """Two turns; the first gets a tool response (DESIGN §2 info keys only)."""
+    """Two turns; the first gets a tool response (docs/DESIGN.md §2 info keys only)."""
 
     def reset(self, *, seed=None, options=None):
         self.messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]

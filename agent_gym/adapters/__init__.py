@@ -1,4 +1,4 @@
-"""Other RL libraries on agent-gym envs, each through that library's own current interface (DESIGN §7).
+"""Other RL libraries on agent-gym envs, each through that library's own current interface (docs/DESIGN.md §7).
 
 One module per library, each behind an extra (``pip install "agent-gym[trl]"`` and so on), imported only by the
 user or by ``agent-gym bench``: importing ``agent_gym.adapters`` imports no library. None imports a concrete env:

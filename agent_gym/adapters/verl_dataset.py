@@ -23,7 +23,7 @@ def verl_rows(env_id: str, env_kwargs: dict[str, Any] | None = None, *, limit: i
               max_tokens_per_turn: int = 1024) -> list[dict[str, Any]]:
     """A verl row for each task of the env (its first ``limit``), in the env's task order.
 
-    An env without a ``tasks`` list (DESIGN §2 asks only for ``task_index`` in reset) needs ``limit``.
+    An env without a ``tasks`` list (docs/DESIGN.md §2 asks only for ``task_index`` in reset) needs ``limit``.
     """
 
     from agent_gym.make import make_env

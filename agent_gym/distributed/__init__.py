@@ -1,4 +1,4 @@
-"""Scale-out on Ray (DESIGN §1): env workers that the rollout collector drives like in-process envs.
+"""Scale-out on Ray (docs/DESIGN.md §1): env workers that the rollout collector drives like in-process envs.
 
 `connect_ray` joins (or starts) a Ray cluster with its authentication and object store set on purpose;
 `RayEnvPool` puts shards of envs in Ray actors behind the collector's `EnvBatch` interface, with dead or hung

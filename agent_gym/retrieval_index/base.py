@@ -1,4 +1,4 @@
-"""The retriever interface every search backend implements (DESIGN §6), and the code they share.
+"""The retriever interface every search backend implements (docs/DESIGN.md §6), and the code they share.
 
 :class:`Retriever` owns what every backend does alike: it refuses searches after :meth:`close`,
 checks ``k``, answers ``k = 0`` without searching, and closes the document store on

@@ -1,4 +1,4 @@
-"""`RemoteRetriever`: the client of the search server (``agent-gym index serve``), DESIGN §6."""
+"""`RemoteRetriever`: the client of the search server (``agent-gym index serve``), docs/DESIGN.md §6."""
 
 from __future__ import annotations
 

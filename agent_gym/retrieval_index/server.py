@@ -1,4 +1,4 @@
-"""HTTP search server: put any `Retriever` behind FastAPI + uvicorn (DESIGN §6).
+"""HTTP search server: put any `Retriever` behind FastAPI + uvicorn (docs/DESIGN.md §6).
 
 Endpoints:
 - ``POST /search``   ``{"queries": [...], "k": 5}`` ->

@@ -1,4 +1,4 @@
-"""Tools: the :class:`Tool` core, the ``calculate`` tool and the sandboxed ``run_python`` tool (DESIGN §1, §3).
+"""Tools: the :class:`Tool` core, the ``calculate`` tool and the sandboxed ``run_python`` tool (docs/DESIGN.md §1, §3).
 
 Code that runs model output lives here: :mod:`agent_gym.tools.sandbox` runs Python in a separate, limited
 process, and :mod:`agent_gym.tools.calculator` evaluates arithmetic without ``eval``.

@@ -1,4 +1,4 @@
-"""Tools: named callables with an OpenAI function schema (DESIGN §3).
+"""Tools: named callables with an OpenAI function schema (docs/DESIGN.md §3).
 
 Write a tool either as a typed function with a Google-style docstring::
 

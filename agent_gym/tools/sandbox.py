@@ -1,4 +1,4 @@
-"""Run untrusted Python in a separate, limited process (DESIGN §1: code that runs model output).
+"""Run untrusted Python in a separate, limited process (docs/DESIGN.md §1: code that runs model output).
 
 Each :meth:`Sandbox.run` starts a fresh interpreter in a fresh temporary directory (removed afterwards), with
 no inherited environment variable, stdin closed, and stdout/stderr captured and clipped. The process gets:

@@ -1,4 +1,4 @@
-"""Advantage estimators for multi-turn, token-level RL (DESIGN §7).
+"""Advantage estimators for multi-turn, token-level RL (docs/DESIGN.md §7).
 
 Every function is plain tensor code on padded ``[B, T]`` tensors with an explicit mask, so it can be checked
 against its paper line by line. Shapes and conventions shared by all estimators:
@@ -6,7 +6,7 @@ against its paper line by line. Shapes and conventions shared by all estimators:
 - ``action_mask[b, t] = 1`` on the tokens that receive an advantage. With the advantage mask on (Agent-R1's
   default) these are the model-sampled tokens (``TokenBatch.model_token_mask``); with it off (Agent-R1
   Table 4 ablation) they are all response tokens, env observation tokens included (``advantage_token_mask``).
-- ``token_rewards[b, t]`` holds each turn's reward on that turn's last model token (DESIGN §7).
+- ``token_rewards[b, t]`` holds each turn's reward on that turn's last model token (docs/DESIGN.md §7).
 - ``outcomes[b]`` is the episode return, ``group_index[b]`` the integer group of episodes sharing a task.
 - Outputs are zero wherever ``action_mask`` is zero.
 

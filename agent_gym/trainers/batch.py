@@ -1,4 +1,4 @@
-"""The records of one training step's data path, from padded tokens to advantages (DESIGN §7).
+"""The records of one training step's data path, from padded tokens to advantages (docs/DESIGN.md §7).
 
     trajectories --collate()--> TokenBatch --Trainer.score()--> ScoredBatch --ESTIMATORS[algo]--> Advantages
 
@@ -54,7 +54,7 @@ class TokenBatch(_Rows):
         input_ids: ``[B, T]`` prompt then response tokens, right-padded.
         attention_mask: ``[B, T]`` 1 on real tokens, 0 on padding.
         response_mask: ``[B, T]`` 1 on every response token, sampled by the policy or inserted by the env.
-        model_token_mask: ``[B, T]`` 1 on the tokens the policy sampled (DESIGN §7's loss mask), 0 on env
+        model_token_mask: ``[B, T]`` 1 on the tokens the policy sampled (docs/DESIGN.md §7's loss mask), 0 on env
             tokens.
         sampling_logprobs: ``[B, T]`` the sampler's log-prob of each model token (0 elsewhere). The log-prob of
             the token at position t comes from the logits at t - 1.

@@ -1,4 +1,4 @@
-"""Policy, value, entropy and KL losses, and how per-token losses are aggregated (DESIGN §7).
+"""Policy, value, entropy and KL losses, and how per-token losses are aggregated (docs/DESIGN.md §7).
 
 All per-token tensors are ``[B, T]``; ``mask`` selects the tokens that contribute. With the loss mask on
 (Agent-R1's default) it is the model-token mask; with it off (Agent-R1 Table 4 ablation) it covers every

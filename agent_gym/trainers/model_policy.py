@@ -30,7 +30,7 @@ SELECTIONS = ("logprob", "value")
 
 
 class ModelPolicyError(AgentGymError, RuntimeError):
-    """The env handed the policy no context to continue (it breaks DESIGN §2's `info["messages"]`)."""
+    """The env handed the policy no context to continue (it breaks docs/DESIGN.md §2's `info["messages"]`)."""
 
 
 def best_candidate(scores: Sequence[float]) -> int:
@@ -129,7 +129,7 @@ class ModelPolicy:
         """Token ids of the next turn's context: `info["messages"]` rendered with the chat template."""
         messages = info.get("messages")
         if not messages:
-            raise ModelPolicyError("the env's info has no 'messages' to continue (DESIGN §2)")
+            raise ModelPolicyError("the env's info has no 'messages' to continue (docs/DESIGN.md §2)")
         ids = render_prompt(self.tokenizer, messages, self.tools if self.render_tools else None)
         budget = self.max_context_tokens - self.max_new_tokens
         return ids[-budget:]  # keep the newest context; the trainer's collector truncates the episode instead

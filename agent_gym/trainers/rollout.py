@@ -1,4 +1,4 @@
-"""Token-in/token-out multi-turn rollouts of a policy in any env that follows the DESIGN §2 contract.
+"""Token-in/token-out multi-turn rollouts of a policy in any env that follows the docs/DESIGN.md §2 contract.
 
 Each round, every live episode contributes its context (exact token ids) to one batched `generate` call; the
 sampled ids and their log-probs are appended verbatim (`loss_mask = 1`), the decoded turns go to the envs,
@@ -107,7 +107,7 @@ class RolloutCollector:
     """Plays many episodes at once with a generation backend; returns token-level `Trajectory` records.
 
     Args:
-        envs: an env batch (`agent_gym.env_batch.as_env_batch`): a list of envs (DESIGN §2 contract), a vector
+        envs: an env batch (`agent_gym.env_batch.as_env_batch`): a list of envs (docs/DESIGN.md §2 contract), a vector
             env (`ToolVectorEnv` is an `EnvBatch` itself; a Gymnasium `SyncVectorEnv` lends its sub-envs), or
             any `EnvBatch` (e.g. `agent_gym.distributed.RayEnvPool`); episodes run on them concurrently, one per
             env at a time.
@@ -233,7 +233,7 @@ class RolloutCollector:
         _, info = reset
         messages = info.get(MESSAGES)
         if not messages:
-            raise RolloutError(f"env {env_index} returned no info['messages'] from reset (DESIGN §2)")
+            raise RolloutError(f"env {env_index} returned no info['messages'] from reset (docs/DESIGN.md §2)")
         config = self.config
         tools = list(info.get(TOOLS) or []) if config.render_tools else None
         tokens = TokenEpisode(self.tokenizer, messages, tools=tools, stop_token_ids=self.stop_token_ids,
@@ -291,7 +291,7 @@ class RolloutCollector:
             self._cut(episode)
             return
         if not info.get(MESSAGES):
-            raise RolloutError(f"env {episode.env_index} returned no info['messages'] from step (DESIGN §2)")
+            raise RolloutError(f"env {episode.env_index} returned no info['messages'] from step (docs/DESIGN.md §2)")
         if not tokens.add_env_reply(info):
             self._cut(episode)
 

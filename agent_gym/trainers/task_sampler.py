@@ -12,7 +12,7 @@ __all__ = ["TaskSampler"]
 class TaskSampler:
     """Which tasks each step trains on: a function of (seed, position), so resume needs only the position.
 
-    Each draw is a ``reset`` spec ``{"seed": ..., "options": {"task_index": ...}}``: envs following DESIGN §2
+    Each draw is a ``reset`` spec ``{"seed": ..., "options": {"task_index": ...}}``: envs following docs/DESIGN.md §2
     take the task index modulo their task count; an env that ignores options still gets a reproducible seed.
     """
 

@@ -1,4 +1,4 @@
-"""One episode as exact token ids: the one place that lays out prompts, model turns and env replies (DESIGN §7).
+"""One episode as exact token ids: the one place that lays out prompts, model turns and env replies (docs/DESIGN.md §7).
 
 `TokenEpisode` is driven turn by turn: it starts from the env's first context (reset's ``info["messages"]``,
 rendered with the chat template), takes each model turn as the ids and log-probs the policy sampled

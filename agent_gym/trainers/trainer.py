@@ -1,6 +1,6 @@
 """The RL training loop: rollouts -> advantages -> clipped policy (and critic) updates, with eval and resume.
 
-One step (DESIGN §7), each stage building the next frozen record of batch.py:
+One step (docs/DESIGN.md §7), each stage building the next frozen record of batch.py:
   1. the task sampler picks ``tasks_per_step`` tasks; the collector plays ``group_size`` episodes of each
      (with ``dynamic_sampling``, groups whose returns are all equal are dropped and more tasks are played, up
      to ``max_sampling_rounds`` rollouts: dynamic_sampling.py);
@@ -106,7 +106,7 @@ def _resolve_device(name: str) -> torch.device:
 
 
 class Trainer:
-    """Trains a causal LM agent on any env following DESIGN §2.
+    """Trains a causal LM agent on any env following docs/DESIGN.md §2.
 
     Args:
         config: the run's settings.

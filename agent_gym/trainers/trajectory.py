@@ -3,7 +3,7 @@
 A `Trajectory` is one step-level sample (Agent-R1 v0.1): a prompt, then a response made of the tokens the
 policy sampled interleaved with the tokens the environment inserted (tool results rendered with the chat
 template). Only model-sampled tokens carry `loss_mask = 1`; env tokens carry `loss_mask = 0` and a sampling
-log-prob of 0.0. Rewards are per turn and are placed on the turn's last model token (DESIGN §7).
+log-prob of 0.0. Rewards are per turn and are placed on the turn's last model token (docs/DESIGN.md §7).
 `collate` pads trajectories into a `TokenBatch` (batch.py), the first record of the trainer's data path.
 """
 
