@@ -19,7 +19,7 @@ from typing import Any
 
 from agent_gym.contract import EVIDENCE_RECALL, REWARD_COMPONENTS, TASK_ID, TOOL_CALLS
 
-__all__ = ["EpisodeSummary", "METRIC_NAMES", "is_valid_tool_call", "summarize_episodes"]
+__all__ = ["EpisodeSummary", "METRIC_NAMES", "as_number", "is_valid_tool_call", "summarize_episodes"]
 
 #: the names :func:`summarize_episodes` reports (besides ``episodes``), in table order
 METRIC_NAMES = ("em", "f1", "reward", "turns", "tool_calls", "tool_call_validity", "answered", "evidence_recall")
@@ -30,7 +30,8 @@ def is_valid_tool_call(record: Any) -> bool:
     return isinstance(record, Mapping) and record.get("ok") is True and not record.get("error")
 
 
-def _number(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
+    """A reported metric as a float; None for a bool or anything that is not a number."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
@@ -93,13 +94,13 @@ class EpisodeSummary:
             self.task_id = str(info[TASK_ID])
         components = info.get(REWARD_COMPONENTS) or {}
         for key in ("em", "f1"):
-            if (value := _number(components.get(key))) is not None:
+            if (value := as_number(components.get(key))) is not None:
                 setattr(self, key, value)
         if "answer" in info:
             self.answer = info["answer"]
         if "gold_answers" in info:
             self.gold_answers = list(info["gold_answers"] or [])
-        if (recall := _number(info.get(EVIDENCE_RECALL))) is not None:
+        if (recall := as_number(info.get(EVIDENCE_RECALL))) is not None:
             self.evidence_recall = recall
 
     @property

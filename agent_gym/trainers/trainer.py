@@ -17,7 +17,7 @@ One step (docs/DESIGN.md §7), each stage building the next frozen record of bat
 Critic (PPO only): a separate model with its own AdamW (critic.py says why), or with ``critic="lora"`` a LoRA
 adapter and value head on the policy's own weights, which the critic loss never reaches.
 
-The trainer never imports a concrete env: it builds envs with ``gymnasium.make(config.env_id, ...)``.
+The trainer never imports a concrete env: it builds envs with ``agent_gym.make_env(config.env_id, ...)``.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class Trainer:
     Args:
         config: the run's settings.
         model, tokenizer: a policy and its tokenizer; loaded from ``config.model`` when omitted.
-        env_fns: factories of training envs (default: ``gymnasium.make(config.env_id, **config.env_kwargs)``).
+        env_fns: factories of training envs (default: ``make_env(config.env_id, config.env_kwargs)``).
         eval_env_fns: factories of held-out envs (default: env_kwargs updated by ``config.eval_env_kwargs``).
         backend: a generation backend (default: built from ``config.backend``).
         make_envs: turns a list of env factories into the collector's envs (default: calls each factory here);

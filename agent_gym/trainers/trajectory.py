@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agent_gym.episode_summary import EpisodeSummary
+from agent_gym.episode_summary import EpisodeSummary, as_number
 from agent_gym.error import InvalidValue
 from agent_gym.trainers.batch import TokenBatch
 
@@ -75,22 +75,18 @@ class Trajectory:
         return rewards
 
 
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def episode_summary(trajectory: Trajectory) -> EpisodeSummary:
     """The `EpisodeSummary` of a trajectory's episode, read back from its info (the collector writes the keys:
     ``turns``, ``episode_tool_calls``, ``valid_tool_calls``, ``em``, ``f1``, ``truncated_by``...; ``em``/``f1``
     fall back on the env's ``reward_components``). The return is the trajectory's ``outcome``."""
     info = trajectory.info
     components = info.get("reward_components") or {}
-    em, f1 = (_number(info.get(key, components.get(key))) for key in ("em", "f1"))
+    em, f1 = (as_number(info.get(key, components.get(key))) for key in ("em", "f1"))
     return EpisodeSummary(
         task_id=str(info.get("task_id") or ""), reward=float(trajectory.outcome),
         turns=int(info.get("turns", trajectory.num_turns)), tool_calls=int(info.get("episode_tool_calls", 0)),
         valid_tool_calls=int(info.get("valid_tool_calls", 0)), em=em, f1=f1, answer=info.get("answer"),
-        gold_answers=list(info.get("gold_answers") or []), evidence_recall=_number(info.get("evidence_recall")),
+        gold_answers=list(info.get("gold_answers") or []), evidence_recall=as_number(info.get("evidence_recall")),
         terminated=info.get("truncated_by") is None, truncated=info.get("truncated_by") is not None,
     )
 
