@@ -507,12 +507,12 @@ class Trainer:
                 old_logprobs,
                 targets.advantages,
                 mask,
-                config.clip_low,
-                config.clip_high,
-                config.dual_clip,
-                agg,
-                normalizer,
-                length,
+                clip_low=config.clip_low,
+                clip_high=config.clip_high,
+                dual_clip=config.dual_clip,
+                aggregation=agg,
+                normalizer=normalizer,
+                norm_length=length,
             )
             entropy_loss = aggregate(entropy, mask, agg, normalizer, length)
             kl = kl_penalty(logprobs, scored.ref_logprobs, config.kl_estimator) if config.kl_coef > 0 else None
