@@ -235,7 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--out", default=str(Path.home() / "agent-gym-runs" / "sweep"))
     parser.add_argument("--shares", nargs="+", type=int, default=sorted(SHARES), choices=sorted(SHARES))
-    parser.add_argument("--stage", choices=["sft", "all"], default="all", help="sft: the warm starts only")
+    parser.add_argument("--stage", choices=["sft", "pass8", "all"], default="all",
+                        help="sft: the warm starts only; pass8: also what the choice needs, not the 200-question evals")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--lora-rank", type=int, default=16)
@@ -263,8 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a sweep cut short by the end of a sitting has measured the most useful things first.
     adapters = {share: sft(args, share, timings) for share in args.shares}
     evals: dict[int, dict[str, Any]] = {}
-    if args.stage == "all" and not args.publish_only:
-        for keys in (("pass8_1hop", "pass8_2hop"), tuple(MEASURES)):
+    if args.stage != "sft" and not args.publish_only:
+        stages = (("pass8_1hop", "pass8_2hop"), tuple(MEASURES))
+        for keys in stages[:1] if args.stage == "pass8" else stages:
             for share, adapter in adapters.items():
                 evals[share] = evaluate_share(args, share, adapter, timings, keys)
     for share in SHARES:  # shares measured by an earlier invocation count for the choice too
