@@ -273,30 +273,35 @@ def run_grid(args: argparse.Namespace, warm: Path, timings: Timings) -> None:
 
 
 def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dict[str, Any]]:
-    """One learning.json record per run with a final eval, the warm start's eval, the table and the curves."""
+    """One learning.json record per run with a final eval, the warm start's eval, the table and the curves.
+    Nothing (not even the warm start's final eval, 1,200 episodes) while no run has its final eval: a probe run
+    with ``--no-final-eval`` stops at its curve."""
+    finished = [(recipe, seed) for recipe in args.recipes for seed in args.seeds
+                if (path := run_dir(args, recipe, seed) / "final_eval.json").is_file()
+                and all(key in json.loads(path.read_text()) for key in FINAL_MEASURES)]
+    if not finished:
+        print("no run has its final eval yet: no records, table or curves", flush=True)
+        return []
     warm_eval = final_eval(args, warm, Path(args.out) / f"{warm_label}_final_eval.json")
     records = []
-    for recipe in args.recipes:
-        for seed in args.seeds:
-            directory = run_dir(args, recipe, seed)
-            path = directory / "final_eval.json"
-            if not path.is_file() or not all(key in json.loads(path.read_text()) for key in FINAL_MEASURES):
-                continue
-            variant = RECIPES[recipe]
-            curve = json.loads((Path(args.out) / f"{warm_label}_curve.json").read_text())
-            if (directory / "curve.json").is_file():
-                curve.update(json.loads((directory / "curve.json").read_text()))
-            records.append({
-                "model": args.model, "run": f"rl-{run_name(recipe, seed)}", "algorithm": variant.algo, "seed": seed,
-                "recipe": recipe, "ablation": variant.ablation,
-                "reward": "dense" if variant.reward == "dense" else "sparse", "warm_start": warm_label,
-                "eval_episodes": args.eval_questions, "steps": args.steps,
-                "warm_start_em": ems(warm_eval), "final_em": ems(json.loads(path.read_text())),
-                "em_curve": [(int(step), point["mix_em"]) for step, point in sorted(curve.items(), key=_step)],
-                "second_search_curve": {f"{h}hop": [(int(step), point[f"{h}hop"]["multihop"])
-                                                    for step, point in sorted(curve.items(), key=_step)]
-                                        for h in (1, 2)},
-            })
+    for recipe, seed in finished:
+        directory = run_dir(args, recipe, seed)
+        path = directory / "final_eval.json"
+        variant = RECIPES[recipe]
+        curve = json.loads((Path(args.out) / f"{warm_label}_curve.json").read_text())
+        if (directory / "curve.json").is_file():
+            curve.update(json.loads((directory / "curve.json").read_text()))
+        records.append({
+            "model": args.model, "run": f"rl-{run_name(recipe, seed)}", "algorithm": variant.algo, "seed": seed,
+            "recipe": recipe, "ablation": variant.ablation,
+            "reward": "dense" if variant.reward == "dense" else "sparse", "warm_start": warm_label,
+            "eval_episodes": args.eval_questions, "steps": args.steps,
+            "warm_start_em": ems(warm_eval), "final_em": ems(json.loads(path.read_text())),
+            "em_curve": [(int(step), point["mix_em"]) for step, point in sorted(curve.items(), key=_step)],
+            "second_search_curve": {f"{h}hop": [(int(step), point[f"{h}hop"]["multihop"])
+                                                for step, point in sorted(curve.items(), key=_step)]
+                                    for h in (1, 2)},
+        })
     write_table(records, warm_label, ems(warm_eval))
     if records:
         plot(records, ems(warm_eval))

@@ -74,6 +74,20 @@ def test_rl_campaign_counts_steps_from_the_metrics_and_reads_a_committed_run(tmp
     assert rl_campaign.repo_start("grpo", 0) == (tmp_path / "rl-grpo-s0", 25)
 
 
+def test_rl_campaign_summary_plays_nothing_while_no_run_has_its_final_eval(tmp_path: Path, monkeypatch) -> None:
+    import argparse
+
+    import rl_campaign
+
+    played: list[Path] = []
+    monkeypatch.setattr(rl_campaign, "final_eval", lambda args, adapter, path: played.append(adapter) or {})
+    args = argparse.Namespace(out=str(tmp_path), recipes=["grpo"], seeds=[0])
+    (tmp_path / "rl" / "grpo-s0").mkdir(parents=True)
+    (tmp_path / "rl" / "grpo-s0" / "final_eval.json").write_text('{"greedy_1hop": {"em": 1.0}}')  # unfinished
+    assert rl_campaign.summarize(args, "warm50", tmp_path / "warm50") == []
+    assert played == []  # the probe's warm start is not given 1,200 episodes of final eval
+
+
 def test_a_new_machine_resumes_the_sweep_from_the_committed_adapter_and_measures(tmp_path: Path, monkeypatch) -> None:
     committed = tmp_path / "checkpoints" / "sweep-warm25"
     committed.mkdir(parents=True)
