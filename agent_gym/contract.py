@@ -13,6 +13,7 @@ the seeding, ours the info keys).
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
@@ -20,11 +21,11 @@ from typing import Any, TypedDict
 from agent_gym.error import AgentGymError
 
 __all__ = [
-    "ANSWER", "CHECK", "CONTEXT_REWRITTEN", "EVIDENCE_RECALL", "FORMAT_ERRORS", "GOLD_ANSWERS", "MESSAGES",
-    "NEW_MESSAGES", "REWARD_COMPONENTS", "REWARD_SPEC", "STOP_STRINGS", "TASK_FIELDS", "TASK_ID", "TOOLS",
-    "TOOL_CALLS",
-    "TOOL_FORMAT", "TURN", "ChatMessage", "ContractError", "ResetInfo", "StepInfo", "ToolCallRecord",
-    "check_reset_info", "check_step_info", "check_tool_env_contract", "new_messages",
+    "ANSWER", "CHECK", "CONTEXT_REWRITTEN", "EVIDENCE_RECALL", "FORMAT_ERRORS", "GOLD_ANSWERS", "IGNORED_TOOL_CALLS",
+    "INFO_KEYS", "MESSAGES", "NEW_MESSAGES", "REWARD_COMPONENTS", "REWARD_SCORES", "REWARD_SPEC", "REWARD_TERMS",
+    "STOP_STRINGS", "TASK_FIELDS", "TASK_ID", "TOOLS", "TOOL_CALLS", "TOOL_FORMAT", "TURN", "ChatMessage",
+    "ContractError", "ResetInfo", "StepInfo", "ToolCallRecord", "check_reset_info", "check_step_info",
+    "check_tool_env_contract", "new_messages", "reward_split",
 ]
 
 # --- keys of every info (reset and step) ---
@@ -33,6 +34,12 @@ NEW_MESSAGES = "new_messages"  # the messages this step appended after the agent
 CONTEXT_REWRITTEN = "context_rewritten"  # the context policy rewrote `messages` this step
 TASK_ID = "task_id"
 TURN = "turn"
+# The reward of a step, in two dicts: the terms PAID (their sum is the step's reward, exactly) and the scores only
+# REPORTED (format, format_score, em, f1, ...: measured, logged, never added to the reward).
+REWARD_TERMS = "reward_terms"
+REWARD_SCORES = "reward_scores"
+# Deprecated, kept for one release for the readers of its old keys: the two dicts above merged into one, so its
+# sum is NOT the reward. Read `reward_terms` / `reward_scores` (or `reward_split(info)` for any env).
 REWARD_COMPONENTS = "reward_components"
 TOOL_CALLS = "tool_calls"  # the calls parsed and run this step, each with `ok` and `error`
 EVIDENCE_RECALL = "evidence_recall"  # tasks with supporting titles only
@@ -46,10 +53,18 @@ REWARD_SPEC = "reward_spec"
 TASK_FIELDS = "task_fields"
 # --- keys of a step's info ---
 FORMAT_ERRORS = "format_errors"
+IGNORED_TOOL_CALLS = "ignored_tool_calls"  # calls a turn made beside its final answer (not run)
 # --- keys of the info that ends an episode ---
 ANSWER = "answer"
 GOLD_ANSWERS = "gold_answers"
 CHECK = "check"  # a tool task checker's details
+
+#: every info key above; tests/test_contract_keys.py fails on a literal one used as an info key outside this module
+INFO_KEYS = frozenset({
+    MESSAGES, NEW_MESSAGES, CONTEXT_REWRITTEN, TASK_ID, TURN, REWARD_TERMS, REWARD_SCORES, REWARD_COMPONENTS,
+    TOOL_CALLS, EVIDENCE_RECALL, TOOLS, TOOL_FORMAT, STOP_STRINGS, REWARD_SPEC, TASK_FIELDS, FORMAT_ERRORS,
+    IGNORED_TOOL_CALLS, ANSWER, GOLD_ANSWERS, CHECK,
+})
 
 
 class ChatMessage(TypedDict, total=False):
@@ -82,7 +97,9 @@ class StepInfo(TypedDict, total=False):
     context_rewritten: bool
     task_id: str
     turn: int
-    reward_components: dict[str, float]
+    reward_terms: dict[str, float]
+    reward_scores: dict[str, float]
+    reward_components: dict[str, float]  # deprecated: reward_terms and reward_scores merged
     tool_calls: list[ToolCallRecord]
     format_errors: list[str]
     ignored_tool_calls: int
@@ -104,6 +121,18 @@ class ResetInfo(StepInfo, total=False):
 
 class ContractError(AgentGymError, ValueError):
     """An env's reset or step broke the env contract (docs/DESIGN.md §2); the message says which rule."""
+
+
+def reward_split(info: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """``(paid terms, reported scores)`` of a step's ``info``.
+
+    ``info["reward_terms"]`` and ``info["reward_scores"]`` where the env gives them; an env written before them
+    gives one mixed ``reward_components`` dict, returned whole as scores (nothing in it is known to be paid).
+    """
+    terms = info.get(REWARD_TERMS)
+    if terms is not None:
+        return dict(terms), dict(info.get(REWARD_SCORES) or {})
+    return {}, dict(info.get(REWARD_COMPONENTS) or {})
 
 
 def new_messages(info: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -149,10 +178,11 @@ def _check_common(info: Any, *, require_new_messages: bool) -> Mapping[str, Any]
         raise ContractError("info has no 'new_messages': the messages this step appended after the agent's turn")
     if CONTEXT_REWRITTEN in info and not isinstance(info[CONTEXT_REWRITTEN], bool):
         raise ContractError(f"info['context_rewritten'] must be a bool, got {info[CONTEXT_REWRITTEN]!r:.80}")
-    components = info.get(REWARD_COMPONENTS)
-    if components is not None and (not isinstance(components, Mapping) or not all(
-            isinstance(name, str) and isinstance(value, numbers.Real) for name, value in components.items())):
-        raise ContractError(f"info['reward_components'] must map names to numbers, got {components!r:.120}")
+    for key in (REWARD_TERMS, REWARD_SCORES, REWARD_COMPONENTS):
+        components = info.get(key)
+        if components is not None and (not isinstance(components, Mapping) or not all(
+                isinstance(name, str) and isinstance(value, numbers.Real) for name, value in components.items())):
+            raise ContractError(f"info[{key!r}] must map names to numbers, got {components!r:.120}")
     return info
 
 
@@ -232,9 +262,18 @@ def check_tool_env_contract(env: Any, *, seed: int = 0, actions: Sequence[str] =
         if not isinstance(terminated, bool) or not isinstance(truncated, bool):
             raise ContractError(f"terminated and truncated must be bools, got {terminated!r} and {truncated!r}")
         check_step_info(info, previous)
+        _check_paid(reward, info)
         if terminated or truncated:
             return
         previous = list(info[MESSAGES])
+
+
+def _check_paid(reward: float, info: Mapping[str, Any]) -> None:
+    """The paid terms of ``info`` (when it names them) sum to the step's reward."""
+    terms = info.get(REWARD_TERMS)
+    if terms is not None and not math.isclose(sum(terms.values()), reward, rel_tol=1e-9, abs_tol=1e-9):
+        raise ContractError(f"info['reward_terms'] {dict(terms)!r:.120} sum to {sum(terms.values())}, not to the "
+                            f"step's reward {reward}: every paid term belongs there, and only those")
 
 
 def _checked_reset(env: Any, seed: int) -> tuple[str, Mapping[str, Any]]:

@@ -20,6 +20,28 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from agent_gym.context_summary import SUMMARY_HEADER, extractive_summary
+from agent_gym.contract import (
+    ANSWER,
+    CHECK,
+    CONTEXT_REWRITTEN,
+    EVIDENCE_RECALL,
+    FORMAT_ERRORS,
+    GOLD_ANSWERS,
+    IGNORED_TOOL_CALLS,
+    MESSAGES,
+    NEW_MESSAGES,
+    REWARD_COMPONENTS,
+    REWARD_SCORES,
+    REWARD_SPEC,
+    REWARD_TERMS,
+    STOP_STRINGS,
+    TASK_FIELDS,
+    TASK_ID,
+    TOOL_CALLS,
+    TOOL_FORMAT,
+    TOOLS,
+    TURN,
+)
 from agent_gym.error import InvalidType, InvalidValue
 from agent_gym.formats import ParsedAction, ToolCall, ToolFormat, get_format
 from agent_gym.rewards import AnswerScores, RewardSpec, get_reward_spec, score_answer
@@ -203,13 +225,13 @@ class ToolEnv(gym.Env[str, str]):
         self._done = False
         self._last_observation = question
         info = self._base_info(context_rewritten=False, new_messages=self._messages)
-        info["tool_calls"] = []
-        info["reward_components"] = {"format": 0.0, "format_penalty": 0.0, "process": 0.0, "outcome": 0.0}
-        info["tools"] = copy.deepcopy(self.tool_schemas)
-        info["tool_format"] = self.tool_format.name
-        info["stop_strings"] = list(self.tool_format.stop_strings_for(self.tool_schemas))
-        info["reward_spec"] = self.reward_spec.name
-        info["task_fields"] = _task_fields(self.task)
+        info[TOOL_CALLS] = []
+        _put_reward(info, _paid_terms(), {"format": 0.0})
+        info[TOOLS] = copy.deepcopy(self.tool_schemas)
+        info[TOOL_FORMAT] = self.tool_format.name
+        info[STOP_STRINGS] = list(self.tool_format.stop_strings_for(self.tool_schemas))
+        info[REWARD_SPEC] = self.reward_spec.name
+        info[TASK_FIELDS] = _task_fields(self.task)
         if self.render_mode == "human":
             self.render()
         return question, info
@@ -254,11 +276,11 @@ class ToolEnv(gym.Env[str, str]):
         """
         if self._done:
             raise ResetNeeded("the episode is over (or was never started): call reset() before truncate()")
-        components: dict[str, float] = {"format_penalty": 0.0, "process": 0.0, "outcome": 0.0}
+        terms, scores = _paid_terms(), {}
         info = self._base_info(context_rewritten=False, new_messages=[])
-        self._end_episode(None, components, info)
-        info["reward_components"] = components
-        return components["outcome"], info
+        self._end_episode(None, terms, scores, info)
+        _put_reward(info, terms, scores)
+        return sum(terms.values()), info
 
     # The phases of a step, public so that `step_turns` can batch the tool calls of many envs into one.
 
@@ -302,10 +324,9 @@ class ToolEnv(gym.Env[str, str]):
         problems = pending.problems + parsed.errors
         well_formed = not pending.problems and parsed.well_formed
         self._well_formed_turns += int(well_formed)
-        components: dict[str, float] = {"format": float(well_formed), "format_penalty": 0.0, "process": 0.0,
-                                        "outcome": 0.0}
+        terms, scores = _paid_terms(), {"format": float(well_formed)}
         if not well_formed and self.reward_spec.format_penalty:
-            components["format_penalty"] = -self.reward_spec.format_penalty
+            terms["format_penalty"] = -self.reward_spec.format_penalty
 
         appended: list[dict[str, Any]] = []
         call_records: list[dict[str, Any]] = []
@@ -314,7 +335,7 @@ class ToolEnv(gym.Env[str, str]):
             shown_calls, shown_results = self._pair_results(parsed.tool_calls if not pending.problems else [],
                                                             pending.runnable, results)
             for call, result in zip(shown_calls, shown_results, strict=True):
-                components["process"] += self._pay_process(self.tools.get(call.name), result)
+                terms["process"] += self._pay_process(self.tools.get(call.name), result)
                 call_records.append(_call_record(call, result))
             if shown_calls:
                 appended.extend(self.tool_format.result_messages(shown_calls, shown_results))
@@ -327,19 +348,19 @@ class ToolEnv(gym.Env[str, str]):
         context_rewritten = self._apply_context_policy()
         truncated = not terminated and (self._turn >= self.max_turns or self._context_chars() > self.max_context_chars)
         info = self._base_info(context_rewritten=context_rewritten, new_messages=appended)
-        info["tool_calls"] = call_records
-        info["format_errors"] = problems
+        info[TOOL_CALLS] = call_records
+        info[FORMAT_ERRORS] = problems
         if parsed.answer is not None and pending.problems == [] and parsed.tool_calls:
-            info["ignored_tool_calls"] = len(parsed.tool_calls)
+            info[IGNORED_TOOL_CALLS] = len(parsed.tool_calls)
 
         if terminated or truncated:
-            self._end_episode(parsed.answer if terminated else None, components, info)
+            self._end_episode(parsed.answer if terminated else None, terms, scores, info)
             observation = ""
         else:
             observation = _clip("\n".join(self.tool_format.message_text(m) for m in appended),
                                 self.observation_space.max_length)
-        reward = components["format_penalty"] + components["process"] + components["outcome"]
-        info["reward_components"] = components
+        reward = sum(terms.values())  # the paid terms, and only they (agent_gym.contract.REWARD_TERMS)
+        _put_reward(info, terms, scores)
         self._last_observation = observation
         if self.render_mode == "human":
             self.render()
@@ -360,25 +381,27 @@ class ToolEnv(gym.Env[str, str]):
             shown_results.append(_with_text(result, _clip(text, self.max_tool_output_chars)))
         return list(parsed_calls), shown_results
 
-    def _end_episode(self, answer: str | None, components: dict[str, float], info: dict[str, Any]) -> None:
-        """Pay the outcome into ``components`` and add the end-of-episode keys to ``info``.
+    def _end_episode(self, answer: str | None, terms: dict[str, float], scores: dict[str, float],
+                     info: dict[str, Any]) -> None:
+        """Pay the outcome into ``terms``, report the answer's scores in ``scores``, and add the end-of-episode
+        keys to ``info``.
 
         ``answer`` is None when the episode was cut short: the missing answer then counts as one more malformed
         turn in the format score.
         """
         assert self.task is not None
         self._done = True
-        scores = self._score(answer)
+        answer_scores = self._score(answer)
         answered_turns = self._turn + (0 if answer is not None else 1)
         format_score = self._well_formed_turns / answered_turns
         format_ok = answer is not None and self._well_formed_turns == self._turn
-        components["outcome"] = self.reward_spec.outcome(scores, format_score, format_ok)
-        components["format_score"] = format_score
-        components.update(scores.as_dict())
-        info["answer"] = answer
-        info["gold_answers"] = list(self.task.answers)
+        terms["outcome"] = self.reward_spec.outcome(answer_scores, format_score, format_ok)
+        scores["format_score"] = format_score
+        scores.update(answer_scores.as_dict())
+        info[ANSWER] = answer
+        info[GOLD_ANSWERS] = list(self.task.answers)
         if self._check_details is not None:
-            info["check"] = self._check_details
+            info[CHECK] = self._check_details
 
     def _pay_process(self, tool: Tool | None, result: ToolResult) -> float:
         """Process reward of one call: the tool's own reward, else newly shown gold evidence (`Tool.evidence`)
@@ -450,15 +473,15 @@ class ToolEnv(gym.Env[str, str]):
         # New lists, so a caller that edits them cannot change the env's context. The message dicts are shared
         # (the env never edits one once it is in the context): a deep copy per step is quadratic per episode.
         info: dict[str, Any] = {
-            "messages": list(self._messages),
-            "new_messages": list(new_messages),
-            "task_id": self.task.id,
-            "turn": self._turn,
-            "context_rewritten": context_rewritten,
+            MESSAGES: list(self._messages),
+            NEW_MESSAGES: list(new_messages),
+            TASK_ID: self.task.id,
+            TURN: self._turn,
+            CONTEXT_REWRITTEN: context_rewritten,
         }
         if self.task.supporting_titles:
             gold = set(self.task.supporting_titles)
-            info["evidence_recall"] = len(gold & self._retrieved_titles) / len(gold)
+            info[EVIDENCE_RECALL] = len(gold & self._retrieved_titles) / len(gold)
         return info
 
     # ------------------------------------------------------------------------------------------ gym API
@@ -491,6 +514,19 @@ class ToolEnv(gym.Env[str, str]):
         """Release what this env holds. Tools are shared (vector envs, caches), so they are not closed here."""
         self._messages = []
         self._done = True
+
+
+def _paid_terms() -> dict[str, float]:
+    """The terms a step pays, all zero: what its reward is the sum of."""
+    return {"format_penalty": 0.0, "process": 0.0, "outcome": 0.0}
+
+
+def _put_reward(info: dict[str, Any], terms: dict[str, float], scores: dict[str, float]) -> None:
+    """The step's reward in ``info``: the paid terms, the reported scores, and (deprecated, for one release) the
+    two merged under their old key."""
+    info[REWARD_TERMS] = terms
+    info[REWARD_SCORES] = scores
+    info[REWARD_COMPONENTS] = {**scores, **terms}
 
 
 def _call_record(call: ToolCall, result: ToolResult) -> dict[str, Any]:

@@ -17,7 +17,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_gym.contract import EVIDENCE_RECALL, REWARD_COMPONENTS, TASK_ID, TOOL_CALLS
+from agent_gym.contract import (
+    ANSWER,
+    EVIDENCE_RECALL,
+    FORMAT_ERRORS,
+    GOLD_ANSWERS,
+    TASK_ID,
+    TOOL_CALLS,
+    reward_split,
+)
 
 __all__ = ["EpisodeSummary", "METRIC_NAMES", "as_number", "is_valid_tool_call", "summarize_episodes"]
 
@@ -45,7 +53,7 @@ class EpisodeSummary:
         turns: the agent's turns (steps).
         tool_calls: tool-call records over all steps; ``valid_tool_calls`` of them valid.
         format_errors: steps whose turn had format errors.
-        em, f1: the final answer's scores (the env's ``reward_components``); None when the env reports none.
+        em, f1: the final answer's scores (the env's ``reward_scores``); None when the env reports none.
         answer, gold_answers: the final answer and the gold ones, from the last info.
         evidence_recall: share of the task's supporting titles retrieved (tasks that name them).
         terminated: the agent ended the episode with an answer; ``truncated``: a limit cut it.
@@ -79,7 +87,7 @@ class EpisodeSummary:
         calls = [call for call in info.get(TOOL_CALLS) or () if isinstance(call, Mapping)]
         self.tool_calls += len(calls)
         self.valid_tool_calls += sum(is_valid_tool_call(call) for call in calls)
-        self.format_errors += int(bool(info.get("format_errors")))
+        self.format_errors += int(bool(info.get(FORMAT_ERRORS)))
         self.terminated, self.truncated = bool(terminated), bool(truncated and not terminated)
         self._read_end(info)
 
@@ -92,14 +100,14 @@ class EpisodeSummary:
     def _read_end(self, info: Mapping[str, Any]) -> None:
         if TASK_ID in info:
             self.task_id = str(info[TASK_ID])
-        components = info.get(REWARD_COMPONENTS) or {}
+        _, scores = reward_split(info)
         for key in ("em", "f1"):
-            if (value := as_number(components.get(key))) is not None:
+            if (value := as_number(scores.get(key))) is not None:
                 setattr(self, key, value)
-        if "answer" in info:
-            self.answer = info["answer"]
-        if "gold_answers" in info:
-            self.gold_answers = list(info["gold_answers"] or [])
+        if ANSWER in info:
+            self.answer = info[ANSWER]
+        if GOLD_ANSWERS in info:
+            self.gold_answers = list(info[GOLD_ANSWERS] or [])
         if (recall := as_number(info.get(EVIDENCE_RECALL))) is not None:
             self.evidence_recall = recall
 

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
+from agent_gym.contract import MESSAGES, TOOLS
 from agent_gym.episode_summary import METRIC_NAMES, EpisodeSummary, summarize_episodes
 from agent_gym.policies import Policy
 
@@ -67,7 +68,7 @@ def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None,
     question, info = env.reset(seed=seed, options=options)
     record = EpisodeRecord.from_reset(info)
     record.question = question
-    tools = list(info.get("tools") or [])
+    tools = list(info.get(TOOLS) or [])
     begin = getattr(policy, "begin", None)
     if callable(begin):
         begin(env.unwrapped, question, info)
@@ -79,7 +80,7 @@ def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None,
     record.seconds = time.perf_counter() - started
     record.generated_tokens = None if tokens_before is None else policy.generated_tokens - tokens_before
     if keep_messages:
-        record.messages, record.tools = list(info["messages"]), tools
+        record.messages, record.tools = list(info[MESSAGES]), tools
     return record
 
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from agent_gym.contract import TOOL_CALLS
 from agent_gym.env import ToolEnv
 from agent_gym.error import AgentGymError, InvalidValue
 from agent_gym.formats import ToolCall
@@ -325,7 +326,7 @@ def candidate_spans(text: str) -> list[str]:
 
 def _top_hit(observation: str, info: dict[str, Any]) -> str:
     """The first hit of this step's search, from its structured hits; the whole observation when there is none."""
-    for call in info.get("tool_calls") or ():
+    for call in info.get(TOOL_CALLS) or ():
         hits = call.get("hits") or ()
         if hits:
             return f"{hits[0]['title']}. {hits[0]['text']}"

@@ -145,7 +145,8 @@ def score_answer(prediction: str | None, golds: Iterable[str], rule: str | None 
 
 @dataclass(frozen=True)
 class RewardSpec:
-    """How an episode is paid. Every component is reported in ``info["reward_components"]`` whatever the spec.
+    """How an episode is paid. Every term is reported whatever the spec: ``info["reward_terms"]`` the paid ones
+    (they sum to the reward), ``info["reward_scores"]`` the ones only reported (format, em, f1...).
 
     Attributes:
         name: label reported in ``info``.

@@ -14,7 +14,7 @@ from gymnasium.utils.env_checker import check_env
 from support.data import QA_SAMPLES
 
 import agent_gym
-from agent_gym.contract import check_tool_env_contract
+from agent_gym.contract import REWARD_COMPONENTS, REWARD_SCORES, REWARD_TERMS, TOOLS, check_tool_env_contract
 from agent_gym.envs.datasets.download import DatasetNotAvailable
 from agent_gym.formats import ToolCall
 
@@ -106,3 +106,48 @@ def test_human_render_prints_each_new_screen_once(capsys: pytest.CaptureFixture[
     second = capsys.readouterr().out
     env.close()
     assert first.count("[user] ") == 1 and "[assistant] not a tool call" in second
+
+
+def _arguments(schema: dict[str, Any], question: str) -> dict[str, Any]:
+    """Valid arguments for a tool schema: a search for the question, a sum, a one-line program, else a word."""
+    examples = {"query": question[:200], "expression": "2 + 3", "code": "print(2 + 3)"}
+    properties = schema["parameters"].get("properties", {})
+    arguments = {}
+    for name in schema["parameters"].get("required", list(properties)):
+        kind = properties.get(name, {}).get("type")
+        arguments[name] = 1 if kind in ("integer", "number") else examples.get(name, "x")
+    return arguments
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_the_paid_reward_terms_sum_to_every_steps_reward(env_id: str) -> None:
+    """A scripted episode under the dense spec (a tool call that earns process reward, a malformed turn that pays
+    the format penalty, the gold answer that pays the outcome), then one cut by ``truncate()``: each step's
+    ``reward_terms`` sum to its reward, and its scores (em, format...) are never among them."""
+    env = make_for_test(env_id)
+    env.close()
+    settings = {**TEST_KWARGS.get(env_id, {}), "reward": "dense"}
+    if env_id == "AgentR1-HumanEval-v0":
+        settings["limit"] = 1
+    tool_env = gym.make(env_id, **settings).unwrapped
+    steps = []
+    _, info = tool_env.reset(seed=0)
+    assert sum(info[REWARD_TERMS].values()) == 0.0
+    task, fmt = tool_env.task, tool_env.tool_format
+    schema = info[TOOLS][0].get("function", info[TOOLS][0])  # OpenAI-style {"type": "function", "function": ...}
+    call = ToolCall(schema["name"], _arguments(schema, task.question), "call_0")
+    for action in (fmt.render_call(call), "not a tool call", fmt.render_answer((task.answers or ("x",))[0])):
+        steps.append(tool_env.step(action)[1:])
+        if steps[-1][1] or steps[-1][2]:
+            break
+    tool_env.reset(seed=1)
+    tool_env.step("not a tool call")
+    reward, info = tool_env.truncate()
+    steps.append((reward, False, True, info))
+    tool_env.close()
+    for reward, _, _, info in steps:
+        terms, scores = info[REWARD_TERMS], info[REWARD_SCORES]
+        assert sum(terms.values()) == pytest.approx(reward, abs=1e-12)
+        assert set(terms) == {"format_penalty", "process", "outcome"} and "em" not in terms and "format" not in terms
+        assert info[REWARD_COMPONENTS] == {**scores, **terms}  # the deprecated merged dict, for one release
+    assert steps[1][3][REWARD_TERMS]["format_penalty"] < 0 and "em" in steps[-1][3][REWARD_SCORES]

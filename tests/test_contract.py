@@ -102,11 +102,13 @@ class ScriptedEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, *, drop_new_messages: bool = False, wrong_new_messages: bool = False,
-                 drop_assistant: bool = False, text_reward: bool = False, no_reset_messages: bool = False) -> None:
+                 drop_assistant: bool = False, text_reward: bool = False, no_reset_messages: bool = False,
+                 score_in_terms: bool = False) -> None:
         self.observation_space = UnicodeText(max_length=1000)
         self.action_space = UnicodeText(max_length=1000)
         self.flags = dict(drop_new_messages=drop_new_messages, wrong_new_messages=wrong_new_messages,
-                          drop_assistant=drop_assistant, text_reward=text_reward, no_reset_messages=no_reset_messages)
+                          drop_assistant=drop_assistant, text_reward=text_reward, no_reset_messages=no_reset_messages,
+                          score_in_terms=score_in_terms)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
@@ -120,7 +122,10 @@ class ScriptedEnv(gym.Env):
         if not self.flags["drop_assistant"]:
             self.messages.append({"role": "assistant", "content": action})
         self.messages.extend(reply)
-        info: dict[str, Any] = {"messages": list(self.messages), "new_messages": reply, "context_rewritten": False}
+        info: dict[str, Any] = {"messages": list(self.messages), "new_messages": reply, "context_rewritten": False,
+                                "reward_terms": {"outcome": 0.0}, "reward_scores": {"em": 1.0}}
+        if self.flags["score_in_terms"]:  # a reported score filed among the paid terms: they no longer sum
+            info["reward_terms"] = {"outcome": 0.0, "em": 1.0}
         if self.flags["drop_new_messages"]:
             del info["new_messages"]
         if self.flags["wrong_new_messages"]:
@@ -138,6 +143,7 @@ def test_the_checker_passes_a_conforming_env() -> None:
     ("drop_assistant", "append the agent's turn"),
     ("text_reward", "reward must be a number"),
     ("no_reset_messages", "no 'messages'"),
+    ("score_in_terms", "sum to .* not to the step's reward"),
 ])
 def test_the_checker_names_the_rule_a_broken_env_breaks(flag: str, message: str) -> None:
     with pytest.raises(ContractError, match=message):

@@ -491,6 +491,17 @@ def test_reward_is_the_sum_of_its_components(make_fact_env) -> None:
     assert reward == components["format_penalty"] + components["process"] + components["outcome"] != 0.0
 
 
+def test_reward_terms_are_what_is_paid_and_reward_scores_what_is_only_reported(make_fact_env) -> None:
+    env = started(make_fact_env(reward="dense"))
+    _, penalized, *_, malformed = env.step("no call, no answer")
+    _, paid, *_, final = env.step(answer("Paris"))
+    assert (set(final["reward_terms"]), set(final["reward_scores"])) == ({"format_penalty", "process", "outcome"},
+                                                                         {"format", "format_score", "em", "f1",
+                                                                          "precision", "recall", "sub_em"})
+    assert (sum(malformed["reward_terms"].values()), sum(final["reward_terms"].values())) == (penalized, paid)
+    assert sum(final["reward_components"].values()) != paid  # why the merged dict is deprecated
+
+
 def test_dense_pays_process_reward_for_gold_evidence(make_fact_env) -> None:
     _, reward, *_ = started(make_fact_env(reward="dense")).step(lookup("France"))
     assert reward == pytest.approx(0.1)

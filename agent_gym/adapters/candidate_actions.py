@@ -26,6 +26,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agent_gym.contract import TOOL_CALLS, TURN
 from agent_gym.env import ToolEnv
 from agent_gym.error import InvalidType, InvalidValue
 from agent_gym.formats import ToolCall
@@ -71,7 +72,7 @@ class CandidateActionWrapper(gym.Wrapper):
         observation, info = self.env.reset(seed=seed, options=options)
         self._question = observation
         self._searched_question = False
-        self._turn = int(info.get("turn", 0))
+        self._turn = int(info.get(TURN, 0))
         self._refresh("", {})
         return self._features(), info
 
@@ -90,7 +91,7 @@ class CandidateActionWrapper(gym.Wrapper):
         else:
             text = ""  # an empty slot: the env reports a malformed turn
         observation, reward, terminated, truncated, info = self.env.step(text)
-        self._turn = int(info.get("turn", self._turn + 1))  # the contract's info["turn"], not the env's private state
+        self._turn = int(info.get(TURN, self._turn + 1))  # the contract's info["turn"], not the env's private state
         if observation:
             self._refresh(observation, info)
         return self._features(), reward, terminated, truncated, info
@@ -129,7 +130,7 @@ class CandidateActionWrapper(gym.Wrapper):
         self._candidates = ordered[: self.num_candidates]
         self._question_spans = question_spans
         self._result_rank = {span: rank for rank, span in enumerate(from_result)}
-        self._titles = {hit["title"] for call in info.get("tool_calls") or () for hit in call.get("hits") or ()}
+        self._titles = {hit["title"] for call in info.get(TOOL_CALLS) or () for hit in call.get("hits") or ()}
 
     def _features(self) -> np.ndarray:
         tool_env: ToolEnv = self.env.unwrapped

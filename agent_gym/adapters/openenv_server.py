@@ -41,6 +41,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agent_gym.contract import TASK_ID, TURN
 from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.http_body_limit import BodySizeLimit
 
@@ -199,7 +200,7 @@ class _Session:
             text, info = self.env.reset(seed=seed, options=options)
         except Exception as error:  # noqa: BLE001 - a task id the env lacks, an unknown option: the session goes on
             raise _Error("EXECUTION_ERROR", f"reset failed: {type(error).__name__}: {error}") from error
-        self.episode_id = str(data.get("episode_id") or f"{self.session_id}-{info.get('task_id', '')}")
+        self.episode_id = str(data.get("episode_id") or f"{self.session_id}-{info.get(TASK_ID, '')}")
         self.step_count = 0
         self.last_info = info
         return _observation_payload(text, None, False, False, info)
@@ -232,7 +233,7 @@ class _Session:
 
     def state(self) -> dict[str, Any]:
         return {"episode_id": self.episode_id, "step_count": self.step_count,
-                "task_id": self.last_info.get("task_id"), "turn": self.last_info.get("turn")}
+                "task_id": self.last_info.get(TASK_ID), "turn": self.last_info.get(TURN)}
 
 
 def create_env_app(

@@ -22,7 +22,21 @@ from typing import Any
 import gymnasium as gym
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from agent_gym.contract import check_tool_env_contract, new_messages
+from agent_gym.contract import (
+    ANSWER,
+    GOLD_ANSWERS,
+    MESSAGES,
+    REWARD_COMPONENTS,
+    REWARD_SCORES,
+    REWARD_TERMS,
+    STOP_STRINGS,
+    TASK_ID,
+    TOOL_CALLS,
+    TOOLS,
+    TURN,
+    check_tool_env_contract,
+    new_messages,
+)
 from agent_gym.episode_summary import EpisodeSummary
 from agent_gym.error import InvalidType, InvalidValue
 
@@ -86,10 +100,9 @@ class AgentGymTextEnv(BaseTextEnv):
         _, info = self.env.reset(**self._reset_kwargs)
         self.turns = 0
         self.total_reward = 0.0
-        self.chat_history = [dict(message) for message in info["messages"]]
+        self.chat_history = [dict(message) for message in info[MESSAGES]]
         self.summary = EpisodeSummary.from_reset(info)
-        metadata = {"task_id": info.get("task_id"), "tools": info.get("tools", []),
-                    "stop_strings": info.get("stop_strings", [])}
+        metadata = {TASK_ID: info.get(TASK_ID), TOOLS: info.get(TOOLS, []), STOP_STRINGS: info.get(STOP_STRINGS, [])}
         return [dict(message) for message in self.chat_history], metadata
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
@@ -101,8 +114,8 @@ class AgentGymTextEnv(BaseTextEnv):
         observations = [] if terminated or truncated else [dict(message) for message in new_messages(info)]
         self.chat_history.append({"role": "assistant", "content": action})
         self.chat_history.extend(observations)
-        metadata = {key: info[key] for key in ("reward_components", "tool_calls", "turn", "task_id", "answer",
-                                                "gold_answers") if key in info}
+        metadata = {key: info[key] for key in (REWARD_TERMS, REWARD_SCORES, REWARD_COMPONENTS, TOOL_CALLS, TURN,
+                                                TASK_ID, ANSWER, GOLD_ANSWERS) if key in info}
         return BaseTextEnvStepOutput(observations=observations, reward=float(reward),
                                      done=bool(terminated or truncated), metadata=metadata,
                                      postprocessed_action=None)

@@ -35,7 +35,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent_gym.contract import check_tool_env_contract, new_messages
+from agent_gym.contract import MESSAGES, TOOL_FORMAT, TOOLS, check_tool_env_contract, new_messages
 from agent_gym.error import InvalidValue
 from agent_gym.formats import ToolCall, get_format
 from agent_gym.make import make_env
@@ -69,7 +69,7 @@ class _EnvironmentBase:
         """
         options = {key: row[key] for key in ("task_id", "task_index") if row.get(key) is not None}
         question, info = self._env.reset(seed=row.get("seed"), options=options or None)
-        self._format = get_format(info.get("tool_format", "hermes"))
+        self._format = get_format(info.get(TOOL_FORMAT, "hermes"))
         self._return, self._over, self._last_info = 0.0, False, info
         return question
 
@@ -165,7 +165,7 @@ def make_environment_factory(env: str | Callable[[], gym.Env], **env_kwargs: Any
         probe.close()
     namespace: dict[str, Any] = {"_env_source": staticmethod(env) if callable(env) else env,
                                  "_env_kwargs": dict(env_kwargs), ANSWER_TOOL: _answer}
-    for schema in info.get("tools") or []:
+    for schema in info.get(TOOLS) or []:
         method = _tool_method(schema)
         namespace[method.__name__] = method
     name = "".join(part for part in str(getattr(env, "__name__", env)).replace("-", "_").split("_") if part.isalnum())
@@ -184,7 +184,7 @@ def make_tool_dataset(env: str | Callable[[], gym.Env], num_tasks: int, *, start
     probe = make_env(env, env_kwargs, instance_ok=False)
     _, info = probe.reset(seed=0)
     probe.close()
-    system = [message for message in info["messages"] if message.get("role") == "system"][:1]
+    system = [message for message in info[MESSAGES] if message.get("role") == "system"][:1]
     rows = [{"prompt": [*system, {"role": "user", "content": ""}], "task_index": index}
             for index in range(start, start + num_tasks)]
     return Dataset.from_list(rows)
@@ -248,8 +248,8 @@ class RolloutFunc:
         for index in range(start, start + num_tasks):
             spec = {"seed": index, "options": {"task_index": index}}
             _, info = self.envs[0].reset(**spec)
-            self._specs[_prompt_key(info["messages"])] = spec
-            rows.append({"prompt": list(info["messages"]), "task_index": index})
+            self._specs[_prompt_key(info[MESSAGES])] = spec
+            rows.append({"prompt": list(info[MESSAGES]), "task_index": index})
         return Dataset.from_list(rows)
 
     def _collector_for(self, trainer: Any) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import verifiers.v1 as vf
 
+from agent_gym.contract import MESSAGES, TASK_ID
 from agent_gym.episode_summary import EpisodeSummary
 from agent_gym.make import make_env
 
@@ -63,9 +64,9 @@ class AgentGymTaskset(vf.Taskset[AgentGymTask, AgentGymTasksetConfig]):
         tasks = []
         for index in range(self.config.start, self.config.start + self.config.num_tasks):
             question, info = env.reset(seed=index, options={"task_index": index})
-            system = next((m["content"] for m in info["messages"] if m.get("role") == "system"), None)
-            data = AgentGymTaskData(name=str(info.get("task_id", index)), prompt=question, system_prompt=system,
-                                    info={"task_index": index, "task_id": info.get("task_id")})
+            system = next((m["content"] for m in info[MESSAGES] if m.get("role") == "system"), None)
+            data = AgentGymTaskData(name=str(info.get(TASK_ID, index)), prompt=question, system_prompt=system,
+                                    info={"task_index": index, "task_id": info.get(TASK_ID)})
             tasks.append(AgentGymTask(data, self.config.task))
         env.close()
         return tasks

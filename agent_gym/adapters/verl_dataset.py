@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agent_gym.contract import GOLD_ANSWERS, MESSAGES, TASK_ID
 from agent_gym.error import InvalidValue
 
 __all__ = ["verl_rows", "write_verl_parquet"]
@@ -39,11 +40,11 @@ def verl_rows(env_id: str, env_kwargs: dict[str, Any] | None = None, *, limit: i
         rows = []
         for index in range(count):
             _, info = env.reset(seed=index, options={"task_index": index})
-            task_id = str(info.get("task_id", index))
-            gold = list(tasks[index].answers) if tasks is not None else list(info.get("gold_answers") or [])
+            task_id = str(info.get(TASK_ID, index))
+            gold = list(tasks[index].answers) if tasks is not None else list(info.get(GOLD_ANSWERS) or [])
             rows.append({
                 "data_source": env_id,
-                "prompt": [{"role": str(m["role"]), "content": str(m.get("content") or "")} for m in info["messages"]],
+                "prompt": [{"role": str(m["role"]), "content": str(m.get("content") or "")} for m in info[MESSAGES]],
                 "agent_name": "agent_gym",
                 "ability": "agent",
                 "reward_model": {"style": "env", "ground_truth": json.dumps(gold)},

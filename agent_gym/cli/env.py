@@ -14,6 +14,7 @@ from agent_gym.cli.args import (
     port_number,
     user_errors,
 )
+from agent_gym.contract import GOLD_ANSWERS, MESSAGES, REWARD_COMPONENTS
 
 __all__ = ["add_env_serve_arguments", "add_envs_arguments", "add_play_arguments", "run_env_serve", "run_envs",
            "run_play"]
@@ -77,7 +78,7 @@ def run_play(args: argparse.Namespace) -> int:
     except UsageError:
         env.close()
         raise
-    print(f"== system ==\n{info['messages'][0]['content']}\n\n== question ==\n{observation}")
+    print(f"== system ==\n{info[MESSAGES][0]['content']}\n\n== question ==\n{observation}")
     if policy is not None:
         policy.begin(env.unwrapped, observation, info)
     else:
@@ -91,7 +92,7 @@ def run_play(args: argparse.Namespace) -> int:
             total += reward
             print(f"\n== observation ==\n{observation}\n== reward {reward:+.3f} (total {total:+.3f})")
             if terminated or truncated:
-                print(f"episode over ({'answered' if terminated else 'truncated'}); gold: {info['gold_answers']}")
+                print(f"episode over ({'answered' if terminated else 'truncated'}); gold: {info[GOLD_ANSWERS]}")
                 env.close()
                 return 0
             continue
@@ -111,9 +112,9 @@ def run_play(args: argparse.Namespace) -> int:
         observation, reward, terminated, truncated, info = env.step("\n".join(lines))
         total += reward
         print(f"\n== observation ==\n{observation}\n== reward {reward:+.3f} (total {total:+.3f}) "
-              f"{json.dumps(info['reward_components'])}")
+              f"{json.dumps(info[REWARD_COMPONENTS])}")
         if terminated or truncated:
-            print(f"episode over ({'answered' if terminated else 'truncated'}); gold: {info['gold_answers']}")
+            print(f"episode over ({'answered' if terminated else 'truncated'}); gold: {info[GOLD_ANSWERS]}")
             env.close()
             return 0
 

@@ -18,6 +18,7 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
 
+from agent_gym.contract import MESSAGES, TOOLS
 from agent_gym.error import AgentGymError
 from agent_gym.models.chat_template import QWEN25_CHAT_TEMPLATE
 from agent_gym.models.saving import ADAPTER_CONFIG, save_model
@@ -349,8 +350,8 @@ def texts_from_env(env_id: str, num_prompts: int = 256, env_kwargs: dict | None 
             texts.extend(corpus_texts())
         for seed in range(num_prompts):
             _, info = env.reset(seed=seed)
-            texts.extend(str(message.get("content") or "") for message in info.get("messages", []))
-            texts.extend(json.dumps(tool) for tool in info.get("tools", []))
+            texts.extend(str(message.get("content") or "") for message in info.get(MESSAGES, []))
+            texts.extend(json.dumps(tool) for tool in info.get(TOOLS, []))
     finally:
         env.close()
     return texts

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from agent_gym.contract import MESSAGES, STOP_STRINGS, TOOLS
 from agent_gym.error import AgentGymError, InvalidValue
 from agent_gym.models.chat_template import render_prompt, turn_stop_token_ids
 from agent_gym.trainers.backends import GenerationBackend, SamplingParams, TransformersBackend
@@ -122,12 +123,12 @@ class ModelPolicy:
 
     def begin(self, env: Any, observation: str, info: dict[str, Any]) -> None:
         """Start an episode: remember the tools and stop strings from `reset`'s info."""
-        self.tools = list(info.get("tools") or [])
-        self.stop_strings = list(info.get("stop_strings") or [])
+        self.tools = list(info.get(TOOLS) or [])
+        self.stop_strings = list(info.get(STOP_STRINGS) or [])
 
     def prompt_ids(self, info: dict[str, Any]) -> list[int]:
         """Token ids of the next turn's context: `info["messages"]` rendered with the chat template."""
-        messages = info.get("messages")
+        messages = info.get(MESSAGES)
         if not messages:
             raise ModelPolicyError("the env's info has no 'messages' to continue (docs/DESIGN.md §2)")
         ids = render_prompt(self.tokenizer, messages, self.tools if self.render_tools else None)

@@ -346,7 +346,7 @@ def _episode_info(episode: _Episode) -> dict[str, Any]:
     `trajectory.episode_summary` reads back)."""
     last, summary, tokens = episode.last_info, episode.summary, episode.tokens
     info: dict[str, Any] = {
-        "task_id": last.get(TASK_ID),
+        TASK_ID: last.get(TASK_ID),
         "turns": tokens.turns,
         "finish_reasons": list(tokens.finish_reasons),
         "truncated_by": episode.truncated_by,

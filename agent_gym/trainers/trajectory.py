@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from agent_gym.contract import ANSWER, EVIDENCE_RECALL, GOLD_ANSWERS, REWARD_COMPONENTS, TASK_ID
 from agent_gym.episode_summary import EpisodeSummary, as_number
 from agent_gym.error import InvalidValue
 from agent_gym.trainers.batch import TokenBatch
@@ -80,13 +81,13 @@ def episode_summary(trajectory: Trajectory) -> EpisodeSummary:
     ``turns``, ``episode_tool_calls``, ``valid_tool_calls``, ``em``, ``f1``, ``truncated_by``...; ``em``/``f1``
     fall back on the env's ``reward_components``). The return is the trajectory's ``outcome``."""
     info = trajectory.info
-    components = info.get("reward_components") or {}
+    components = info.get(REWARD_COMPONENTS) or {}
     em, f1 = (as_number(info.get(key, components.get(key))) for key in ("em", "f1"))
     return EpisodeSummary(
-        task_id=str(info.get("task_id") or ""), reward=float(trajectory.outcome),
+        task_id=str(info.get(TASK_ID) or ""), reward=float(trajectory.outcome),
         turns=int(info.get("turns", trajectory.num_turns)), tool_calls=int(info.get("episode_tool_calls", 0)),
-        valid_tool_calls=int(info.get("valid_tool_calls", 0)), em=em, f1=f1, answer=info.get("answer"),
-        gold_answers=list(info.get("gold_answers") or []), evidence_recall=as_number(info.get("evidence_recall")),
+        valid_tool_calls=int(info.get("valid_tool_calls", 0)), em=em, f1=f1, answer=info.get(ANSWER),
+        gold_answers=list(info.get(GOLD_ANSWERS) or []), evidence_recall=as_number(info.get(EVIDENCE_RECALL)),
         terminated=info.get("truncated_by") is None, truncated=info.get("truncated_by") is not None,
     )
 
