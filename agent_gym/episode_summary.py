@@ -22,6 +22,7 @@ from agent_gym.contract import (
     EVIDENCE_RECALL,
     FORMAT_ERRORS,
     GOLD_ANSWERS,
+    TASK_FIELDS,
     TASK_ID,
     TOOL_CALLS,
     reward_split,
@@ -57,6 +58,12 @@ class EpisodeSummary:
         answer, gold_answers: the final answer and the gold ones, from the last info.
         evidence_recall: share of the task's supporting titles retrieved (tasks that name them).
         terminated: the agent ended the episode with an answer; ``truncated``: a limit cut it.
+        truncated_by: which limit: ``"env"`` (the env's own), or the reason a driver cut it outside the env
+            (``"context"``, ``"max_turns"``); None when the agent answered.
+        task_fields: reset's ``info["task_fields"]`` (the task's kind, hop count...), for balancing and breakdowns.
+
+    The rollout collector hands this record on as it is: every `Trajectory` of the episode carries it
+    (``trajectory.episode``).
     """
 
     task_id: str = ""
@@ -72,11 +79,13 @@ class EpisodeSummary:
     evidence_recall: float | None = None
     terminated: bool = False
     truncated: bool = False
+    truncated_by: str | None = None
+    task_fields: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_reset(cls, info: Mapping[str, Any]) -> EpisodeSummary:
         """An episode that has just started, with reset's ``info``."""
-        summary = cls(task_id=str(info.get(TASK_ID, "")))
+        summary = cls(task_id=str(info.get(TASK_ID, "")), task_fields=dict(info.get(TASK_FIELDS) or {}))
         summary._read_end(info)
         return summary
 
@@ -89,12 +98,18 @@ class EpisodeSummary:
         self.valid_tool_calls += sum(is_valid_tool_call(call) for call in calls)
         self.format_errors += int(bool(info.get(FORMAT_ERRORS)))
         self.terminated, self.truncated = bool(terminated), bool(truncated and not terminated)
+        self.truncated_by = "env" if self.truncated else None
         self._read_end(info)
 
+    def cut(self, reason: str) -> None:
+        """A driver ended the episode outside the env (``reason``: its token budget, its turn cap)."""
+        self.terminated, self.truncated, self.truncated_by = False, True, reason
+
     def add_truncation(self, reward: float, info: Mapping[str, Any]) -> None:
-        """The episode was cut outside the env and its ``truncate()`` paid ``reward``."""
+        """The episode was cut outside the env (`cut`) and its ``truncate()`` paid ``reward``."""
         self.reward += float(reward)
         self.terminated, self.truncated = False, True
+        self.truncated_by = self.truncated_by or "truncate"
         self._read_end(info)
 
     def _read_end(self, info: Mapping[str, Any]) -> None:

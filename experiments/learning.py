@@ -222,9 +222,9 @@ def heldout(model_dir: Path | None, temperature: float, episodes: int, env_kwarg
     model, tokenizer = load_model_and_tokenizer(model_dir)
     firsts = play_heldout(model, tokenizer, ENV_ID, env_kwargs, episodes, temperature, seed, max_new_tokens=40)
     # A naive episode takes 2 turns (search the question, answer); a hop-by-hop one at least 3.
-    return {"em": statistics.mean(float(t.info.get("em", 0.0)) for t in firsts), "episodes": len(firsts),
-            "turns": statistics.mean(t.info["turns"] for t in firsts),
-            "multihop": statistics.mean(float(t.info["turns"] > 2) for t in firsts)}
+    return {"em": statistics.mean(float(t.episode.em or 0.0) for t in firsts), "episodes": len(firsts),
+            "turns": statistics.mean(t.episode.turns for t in firsts),
+            "multihop": statistics.mean(float(t.episode.turns > 2) for t in firsts)}
 
 
 def play_heldout(model: Any, tokenizer: Any, env_id: str, env_kwargs: dict[str, Any], episodes: int,

@@ -135,10 +135,10 @@ def heldout(model: str | Path | None, temperature: float, episodes: int, env_kwa
 
     loaded, tokenizer = load_model_and_tokenizer(model, dtype=resolve_dtype("auto"))
     firsts = play_heldout(loaded, tokenizer, env_id, env_kwargs, episodes, temperature, seed, MAX_NEW_TOKENS)
-    calls = [float(t.info["episode_tool_calls"]) for t in firsts]
-    return {"em": statistics.mean(float(t.info.get("em", 0.0)) for t in firsts),
-            "f1": statistics.mean(float(t.info.get("f1", 0.0)) for t in firsts), "episodes": len(firsts),
-            "turns": statistics.mean(t.info["turns"] for t in firsts), "searches": statistics.mean(calls),
+    calls = [float(t.episode.tool_calls) for t in firsts]
+    return {"em": statistics.mean(float(t.episode.em or 0.0) for t in firsts),
+            "f1": statistics.mean(float(t.episode.f1 or 0.0) for t in firsts), "episodes": len(firsts),
+            "turns": statistics.mean(t.episode.turns for t in firsts), "searches": statistics.mean(calls),
             "multihop": statistics.mean(float(c > 1) for c in calls)}
 
 

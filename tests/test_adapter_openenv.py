@@ -141,7 +141,7 @@ def test_our_trainers_rollout_collector_trains_against_a_remote_env(url, tiny_mo
                                  RolloutConfig(max_new_tokens=8, max_turns=2, show_progress=False))
     trajectories = collector.collect([{"options": {"task_index": 0}}], group_size=2, seed=0)
     assert len(trajectories) == 2 and all(0 in t.loss_mask or t.num_turns == 1 for t in trajectories)
-    assert all(t.info["truncated_by"] in ("max_turns", "env", None) for t in trajectories)
+    assert all(t.episode.truncated_by in ("max_turns", "env", None) for t in trajectories)
     collector.close()
 
 

@@ -74,7 +74,7 @@ def _scripted_collector(tiny, envs, turns=TURNS, before_round=None) -> RolloutCo
 
 def _records(trajectories):
     return [(t.prompt_ids, t.response_ids, t.loss_mask, t.sampling_logprobs, t.turn_rewards, t.outcome, t.group_id,
-             t.info) for t in trajectories]
+             t.info, t.episode) for t in trajectories]
 
 
 def test_a_model_rollout_on_the_pool_equals_the_rollout_in_process(local_ray, tiny):
@@ -120,7 +120,7 @@ def test_a_dead_worker_drops_its_episodes_and_the_rollout_goes_on(local_ray, tin
         # Envs 0-2 lived in the killed actor: their three episodes are dropped, the other three finish.
         assert (len(trajectories), collector.dropped_episodes, pool.restarts) == (3, 3, 1)
         assert pool.worker_pids()[0] != victim
-        assert all(t.info["answer"] == "Paris" for t in trajectories)
+        assert all(t.episode.answer == "Paris" for t in trajectories)
 
 
 def test_after_a_worker_died_the_next_rollout_is_whole(local_ray, tiny):
@@ -253,4 +253,4 @@ def test_every_worker_searches_through_one_shared_search_server(local_ray, tiny)
     assert asked_in_process == ["capital of France"] * 4 + ["river Paris"] * 4
     assert sorted(asked_on_pool) == sorted(asked_in_process)  # both actors' searches reached the one server
     assert _records(on_pool) == _records(in_process)
-    assert [t.info.get("em") for t in on_pool] == [1.0] * 4
+    assert [t.episode.em for t in on_pool] == [1.0] * 4

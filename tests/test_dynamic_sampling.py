@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from agent_gym.contract import TASK_FIELDS
+from agent_gym.episode_summary import EpisodeSummary
 from agent_gym.error import InvalidValue
 from agent_gym.trainers.dynamic_sampling import fill_with_informative_groups, informative_groups, round_seed
 from agent_gym.trainers.kind_balance import (
@@ -17,7 +18,7 @@ from agent_gym.trainers.trajectory import Trajectory
 
 def _trajectory(group, outcome, hops=1, tokens=1):
     return Trajectory([1], [5] * tokens, [1] * tokens, [0.0] * tokens, [tokens - 1], [outcome], outcome, group,
-                      {TASK_FIELDS: {"hops": hops, "kind": "bridge"}})
+                      episode=EpisodeSummary(task_fields={"hops": hops, "kind": "bridge"}))
 
 
 def _group(name, outcomes, hops=1, tokens=1):

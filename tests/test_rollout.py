@@ -201,19 +201,32 @@ def test_context_rewrite_starts_a_new_sample_from_the_rewritten_messages(tiny):
     assert (first.info["sample_index"], second.info["sample_index"]) == (0, 1)
 
 
+@pytest.mark.filterwarnings("ignore:trajectory.info:DeprecationWarning")
+def test_the_collectors_episode_record_travels_whole_on_every_sample(tiny):
+    collector, _ = _collector(tiny, [EchoToolEnv(num_turns=3, rewrite_at=1)])
+    first, second = collector.collect(["t0"], seed=0)
+    assert first.episode is second.episode  # one EpisodeSummary, not a copy flattened into info
+    assert (first.episode.turns, first.episode.task_id, first.episode.reward) == (3, "t0", pytest.approx(1.6))
+    assert set(first.info) == {"sample_index", "num_samples", "finish_reasons"}
+    with pytest.warns(DeprecationWarning, match="trajectory.episode.tool_calls"):
+        assert first.info["episode_tool_calls"] == first.episode.tool_calls  # the old flat keys, one release
+    assert (first.info.get("turns"), "evidence_recall" in first.info, first.info.get("evidence_recall", "-")) == (
+        3, False, "-")  # a metric the episode does not report stays absent, as it was
+
+
 def test_group_size_plays_each_task_that_many_times_under_one_group_id(tiny):
     collector, _ = _collector(tiny, [EchoToolEnv(), EchoToolEnv()], max_new_tokens=4)
     trajectories = collector.collect(["a", "b", "c"], group_size=3, seed=0)
     groups = [t.group_id for t in trajectories]
     assert len(trajectories) == 9 and len(set(groups)) == 3
-    assert [t.info["task_id"] for t in trajectories] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3
+    assert [t.episode.task_id for t in trajectories] == ["a"] * 3 + ["b"] * 3 + ["c"] * 3
 
 
 @pytest.mark.filterwarnings("ignore:EchoToolEnv has no truncate")
 def test_max_turns_truncates_the_episode(tiny):
     collector, _ = _collector(tiny, [EchoToolEnv(num_turns=5)], max_turns=2)
     [trajectory] = collector.collect(["t0"], seed=0)
-    assert trajectory.num_turns == 2 and trajectory.info["truncated_by"] == "max_turns"
+    assert trajectory.num_turns == 2 and trajectory.episode.truncated_by == "max_turns"
 
 
 @pytest.mark.filterwarnings("ignore:EchoToolEnv has no truncate")
@@ -221,13 +234,13 @@ def test_context_budget_bounds_the_whole_sample(tiny):
     collector, _ = _collector(tiny, [EchoToolEnv(num_turns=10)], max_context_tokens=90)
     [trajectory] = collector.collect(["t0"], seed=0)
     assert len(trajectory.prompt_ids) + len(trajectory.response_ids) <= 90
-    assert trajectory.info["truncated_by"] == "context"
+    assert trajectory.episode.truncated_by == "context" and trajectory.episode.truncated
 
 
 def test_reset_specs_pass_seed_and_options_to_the_env(tiny):
     collector, _ = _collector(tiny, [EchoToolEnv()], max_new_tokens=4)
     [trajectory] = collector.collect([{"seed": 3, "options": {"task_id": "x"}}])
-    assert trajectory.info["task_id"] == "x"
+    assert trajectory.episode.task_id == "x"
 
 
 def test_unknown_spec_keys_are_a_clear_error(tiny):
@@ -427,17 +440,17 @@ def test_episode_cut_at_max_turns_pays_what_the_envs_own_limit_pays(tiny):
     [own] = _scripted(tiny, [ToolEnv(list(FACT_TASKS), [FactLookup()], max_turns=2)], turns).collect(
         ["capital-france"]
     )
-    assert (cut.info["truncated_by"], own.info["truncated_by"]) == ("max_turns", "env")
+    assert (cut.episode.truncated_by, own.episode.truncated_by) == ("max_turns", "env")
     assert cut.turn_rewards == pytest.approx(own.turn_rewards)
     assert cut.outcome == pytest.approx(1 / 3 - 1.0)  # Agent-R1 Eq. 6: 1 well-formed turn of 3, minus 1
-    assert cut.info["em"] == own.info["em"] == 0.0
+    assert cut.episode.em == own.episode.em == 0.0 and cut.episode.reward == pytest.approx(cut.outcome)
 
 
 def test_tool_call_validity_is_the_share_of_calls_that_ran(tiny):
     bad_call = f"<tool_call>{json.dumps({'name': 'lookup', 'arguments': {}})}</tool_call>"
     env = ToolEnv(list(FACT_TASKS), [FactLookup()], max_turns=1)
     [trajectory] = _scripted(tiny, [env], [_lookup("France") + bad_call]).collect(["capital-france"])
-    assert trajectory.info["tool_call_validity"] == 0.5
+    assert trajectory.episode.tool_call_validity == 0.5
 
 
 def test_a_tool_env_under_another_wrapper_steps_through_the_wrapper(tiny):

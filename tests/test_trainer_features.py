@@ -149,7 +149,7 @@ def test_balance_by_hops_gives_each_hop_count_the_same_loss_weight_and_logs_its_
     metrics = trainer.train_step()
     trajectories = spy.rounds[0]
     for hops in ("1", "2"):
-        groups = _groups_of([t for t in trajectories if str(t.info["task_fields"]["hops"]) == hops]).values()
+        groups = _groups_of([t for t in trajectories if str(t.episode.task_fields["hops"]) == hops]).values()
         share = sum(max(g) > min(g) for g in groups) / len(groups)
         assert metrics[f"{m.INFORMATIVE_GROUPS}/{hops}"] == pytest.approx(share)
     update = spy.updates[0]

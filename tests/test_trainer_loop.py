@@ -210,7 +210,7 @@ def test_metrics_logger_on_resume_drops_steps_after_the_checkpoint(tmp_path):
     assert [(r["step"], r[m.REWARD]) for r in read_metrics(tmp_path)] == [(1, 1.0), (2, 2.0), (3, 30.0)]
 
 
-def _trajectory(outcome, info, response_tokens=2):
+def _trajectory(outcome, info, response_tokens=2, episode=None):
     from agent_gym.trainers.trajectory import Trajectory
 
     return Trajectory(
@@ -223,15 +223,18 @@ def _trajectory(outcome, info, response_tokens=2):
         outcome=outcome,
         group_id="g",
         info=info,
+        episode=episode,
     )
 
 
 def test_episode_metrics_count_an_episode_split_into_samples_once():
+    from agent_gym.episode_summary import EpisodeSummary
+
+    split = EpisodeSummary(reward=1.0, turns=3, em=1.0, tool_calls=2, valid_tool_calls=1, terminated=True)
     trajectories = [
-        _trajectory(1.0, {"sample_index": 0, "turns": 3, "em": 1.0, "episode_tool_calls": 2, "valid_tool_calls": 1}),
-        _trajectory(1.0, {"sample_index": 1, "turns": 3, "em": 1.0, "episode_tool_calls": 2, "valid_tool_calls": 1},
-                    4),
-        _trajectory(0.0, {"sample_index": 0, "turns": 1, "reward_components": {"em": 0.0}}),
+        _trajectory(1.0, {"sample_index": 0}, episode=split),
+        _trajectory(1.0, {"sample_index": 1}, 4, episode=split),
+        _trajectory(0.0, {"sample_index": 0}, episode=EpisodeSummary(turns=1, em=0.0, terminated=True)),
     ]
     metrics = m.episode_metrics(trajectories)
     assert metrics[m.REWARD] == 0.5 and metrics[m.EM] == 0.5 and metrics[m.TURNS] == 2.0

@@ -287,8 +287,8 @@ class RolloutFunc:
             "logprobs": [list(t.sampling_logprobs) for t in trajectories],
             "env_mask": [list(t.loss_mask) for t in trajectories],
             "env_reward": [float(t.outcome) for t in trajectories],
-            "em": [float(t.info.get("em", 0.0)) for t in trajectories],
-            "f1": [float(t.info.get("f1", 0.0)) for t in trajectories],
+            "em": [float(t.episode.em or 0.0) for t in trajectories],
+            "f1": [float(t.episode.f1 or 0.0) for t in trajectories],
         }
 
 

@@ -35,7 +35,7 @@ def task_kinds(trajectories: Sequence[Trajectory], field: str) -> list[str]:
     """The value of task field ``field`` for each trajectory, as a string (``"1"``, ``"2"``, ``"bridge"``)."""
     kinds = []
     for trajectory in trajectories:
-        fields = trajectory.info.get(TASK_FIELDS) or {}
+        fields = trajectory.episode.task_fields  # reset's info[TASK_FIELDS], on the episode's record
         if field not in fields:
             raise InvalidValue(
                 f"balance_by={field!r}: the env's reset info['{TASK_FIELDS}'] has no {field!r} (it has "

@@ -23,7 +23,8 @@ episode's last turn. An env without `truncate()` keeps the rewards it paid so fa
 
 When the env rewrites its context (`info["context_rewritten"]`), the episode continues as a new step-level
 sample whose prompt is the rewritten `info["messages"]` (Agent-R1 v0.1); all samples of an episode share
-its group id and its outcome. Episode statistics (tool-call validity, EM, ...) are `EpisodeSummary`'s.
+its group id and its outcome. Episode statistics (tool-call validity, EM, how it ended...) are `EpisodeSummary`'s,
+which every trajectory of the episode carries as it is (`trajectory.episode`).
 """
 
 from __future__ import annotations
@@ -31,29 +32,19 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from agent_gym.contract import (
-    ANSWER,
-    GOLD_ANSWERS,
-    MESSAGES,
-    REWARD_COMPONENTS,
-    STOP_STRINGS,
-    TASK_FIELDS,
-    TASK_ID,
-    TOOL_CALLS,
-    TOOLS,
-)
+from agent_gym.contract import MESSAGES, STOP_STRINGS, TASK_ID, TOOLS
 from agent_gym.env_batch import EnvBatch, EnvLost, ResetResult, RolloutError, StepResult, as_env_batch
 from agent_gym.episode_summary import EpisodeSummary, summarize_episodes
 from agent_gym.error import InvalidValue
 from agent_gym.models.chat_template import turn_stop_token_ids
 from agent_gym.trainers.backends.base import Generation, GenerationBackend, SamplingParams
 from agent_gym.trainers.token_episode import TokenEpisode
-from agent_gym.trainers.trajectory import Trajectory, episode_summary
+from agent_gym.trainers.trajectory import Trajectory
 
 __all__ = ["RolloutCollector", "RolloutConfig", "RolloutError", "evaluate"]
 
@@ -86,11 +77,8 @@ class _Episode:
     summary: EpisodeSummary
     finished: bool = False
     action: str = ""  # the decoded turn the env is stepped with this round
-    last_info: dict = field(default_factory=dict)
-    truncated_by: str | None = None
     awaits_truncate: bool = False  # cut by the collector: the env's truncate() pays at the end of the round
     lost: bool = False  # its env's worker died or timed out: dropped, not returned
-    task_fields: dict = field(default_factory=dict)  # reset's info["task_fields"] (kind, hops...), if any
 
 
 def _reset_kwargs(spec: Mapping[str, Any] | str) -> dict[str, Any]:
@@ -238,16 +226,16 @@ class RolloutCollector:
         tools = list(info.get(TOOLS) or []) if config.render_tools else None
         tokens = TokenEpisode(self.tokenizer, messages, tools=tools, stop_token_ids=self.stop_token_ids,
                               max_context_tokens=config.max_context_tokens)
-        task_id = info.get(TASK_ID, kwargs["options"].get("task_id", ""))
+        summary = EpisodeSummary.from_reset(info)
+        if TASK_ID not in info:  # an env that names no task: the reset spec's task id, if any
+            summary.task_id = str(kwargs["options"].get("task_id", ""))
         return _Episode(
             env_index=env_index,
-            group_id=f"{spec_index}:{task_id}",
+            group_id=f"{spec_index}:{summary.task_id}",
             spec_index=spec_index,
             stop_strings=list(info.get(STOP_STRINGS) or []),
             tokens=tokens,
-            summary=EpisodeSummary.from_reset(info),
-            last_info={TASK_ID: task_id},
-            task_fields=dict(info.get(TASK_FIELDS) or {}),
+            summary=summary,
         )
 
     def _record_turn(self, episode: _Episode, generation: Generation) -> bool:
@@ -280,11 +268,9 @@ class RolloutCollector:
         _, reward, terminated, truncated, info = step
         tokens = episode.tokens
         tokens.pay(reward)
-        episode.last_info = info
         episode.summary.add_step(reward, terminated, truncated, info)
         if terminated or truncated:
             episode.finished = True
-            episode.truncated_by = "env" if truncated and not terminated else None
             return
         if self.config.max_turns is not None and tokens.turns >= self.config.max_turns:
             tokens.cut("max_turns")
@@ -298,7 +284,8 @@ class RolloutCollector:
     def _cut(self, episode: _Episode) -> None:
         """End an episode its `TokenEpisode` cut; the env's `truncate()` pays at the end of the round (see the
         module docstring), in one batch with the round's other cuts."""
-        episode.finished, episode.truncated_by = True, episode.tokens.cut_reason
+        episode.finished = True
+        episode.summary.cut(episode.tokens.cut_reason or "context")
         episode.awaits_truncate = episode.tokens.needs_truncation  # no turn sampled: nothing to train on or pay
 
     def _truncate_cut(self, episodes: Sequence[_Episode]) -> None:
@@ -318,13 +305,12 @@ class RolloutCollector:
                 reward, info = result
                 episode.tokens.pay(reward)
                 episode.summary.add_truncation(reward, info)
-                episode.last_info = {**episode.last_info, **info}  # the last step's tool calls stay
 
     def _warn_no_truncate(self, episode: _Episode) -> None:
         if self._warned_no_truncate:
             return
         self._warned_no_truncate = True
-        name, reason = self.env_batch.env_name(episode.env_index), episode.truncated_by
+        name, reason = self.env_batch.env_name(episode.env_index), episode.summary.truncated_by
         warnings.warn(
             f"{name} has no truncate(): episodes cut by the collector's {reason} limit "
             "end without the outcome the env pays when its own limit cuts them; give the env that "
@@ -333,36 +319,12 @@ class RolloutCollector:
         )
 
     def _trajectories(self, episode: _Episode) -> list[Trajectory]:
-        return episode.tokens.trajectories(episode.group_id, _episode_info(episode))
+        return episode.tokens.trajectories(episode.group_id, episode=episode.summary)
 
     def close(self) -> None:
         """Close the envs and the backend."""
         self.env_batch.close()
         self.backend.close()
-
-
-def _episode_info(episode: _Episode) -> dict[str, Any]:
-    """The trajectory info of an episode: its last info's end keys and its `EpisodeSummary`, flat (the keys that
-    `trajectory.episode_summary` reads back)."""
-    last, summary, tokens = episode.last_info, episode.summary, episode.tokens
-    info: dict[str, Any] = {
-        TASK_ID: last.get(TASK_ID),
-        "turns": tokens.turns,
-        "finish_reasons": list(tokens.finish_reasons),
-        "truncated_by": episode.truncated_by,
-        TASK_FIELDS: episode.task_fields,
-    }
-    for key in (REWARD_COMPONENTS, ANSWER, GOLD_ANSWERS, TOOL_CALLS):
-        if key in last:
-            info[key] = last[key]
-    info["episode_tool_calls"] = summary.tool_calls  # every turn's calls ("tool_calls" holds the last step's)
-    info["valid_tool_calls"] = summary.valid_tool_calls
-    if summary.tool_calls:
-        info["tool_call_validity"] = summary.tool_call_validity
-    for key in ("em", "f1", "evidence_recall"):
-        if getattr(summary, key) is not None:
-            info[key] = getattr(summary, key)
-    return info
 
 
 def evaluate(
@@ -372,7 +334,7 @@ def evaluate(
     reward, EM, F1, turns, tool-call validity, ...) and the trajectories (an episode split into step-level
     samples is counted once)."""
     trajectories = collector.collect(specs, group_size=1, greedy=True, seed=seed)
-    episodes = [episode_summary(t) for t in trajectories if t.info.get("sample_index", 0) == 0]
+    episodes = [t.episode for t in trajectories if t.info.get("sample_index", 0) == 0]
     if not episodes:
         return {}, trajectories
     return summarize_episodes(episodes), trajectories

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_gym.contract import CONTEXT_REWRITTEN, MESSAGES, new_messages
+from agent_gym.episode_summary import EpisodeSummary
 from agent_gym.error import InvalidValue
 from agent_gym.models.chat_template import encode_plain_text, render_delta, render_prompt, turn_stop_token_ids
 from agent_gym.trainers.trajectory import Trajectory
@@ -180,9 +181,11 @@ class TokenEpisode:
         """The episode's return: the sum of its turn rewards."""
         return sum(reward for sample in self.samples for reward in sample.turn_rewards)
 
-    def trajectories(self, group_id: str, info: Mapping[str, Any]) -> list[Trajectory]:
-        """The episode's step-level samples with a turn, each with ``info`` plus its ``sample_index`` and
-        ``num_samples``; all share the episode's outcome and group."""
+    def trajectories(self, group_id: str, info: Mapping[str, Any] | None = None,
+                     episode: EpisodeSummary | None = None) -> list[Trajectory]:
+        """The episode's step-level samples with a turn, each with ``info`` plus its ``sample_index``,
+        ``num_samples`` and ``finish_reasons``; all share the episode's outcome, its group and its record
+        (``episode``, the driver's `EpisodeSummary`, carried as it is)."""
         outcome = self.outcome
         samples = [sample for sample in self.samples if sample.turn_end_indices]
         return [
@@ -195,7 +198,9 @@ class TokenEpisode:
                 turn_rewards=sample.turn_rewards,
                 outcome=outcome,
                 group_id=group_id,
-                info={**info, "sample_index": index, "num_samples": len(samples)},
+                info={**(info or {}), "sample_index": index, "num_samples": len(samples),
+                      "finish_reasons": list(self.finish_reasons)},
+                episode=episode,
             )
             for index, sample in enumerate(samples)
         ]

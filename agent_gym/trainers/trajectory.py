@@ -9,13 +9,14 @@ log-prob of 0.0. Rewards are per turn and are placed on the turn's last model to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from agent_gym.contract import ANSWER, EVIDENCE_RECALL, GOLD_ANSWERS, REWARD_COMPONENTS, TASK_ID
-from agent_gym.episode_summary import EpisodeSummary, as_number
+from agent_gym.episode_summary import EpisodeSummary
 from agent_gym.error import InvalidValue
 from agent_gym.trainers.batch import TokenBatch
 
@@ -35,7 +36,10 @@ class Trajectory:
         outcome: the episode's return, the sum of its turn rewards (every step-level sample of the episode
             carries the same value).
         group_id: GRPO group key (all episodes of one task in one batch share it).
-        info: free-form metadata (task_id, finish reasons, reward components, number of tool calls, ...).
+        info: the sample's own metadata (``sample_index``, ``num_samples``, ``finish_reasons``...).
+        episode: what the episode was (return, turns, tool calls, EM, how it ended, its task fields): the
+            rollout collector's `EpisodeSummary`, shared by every sample of the episode. A trajectory built
+            without one gets the little its tokens tell (return and turns).
     """
 
     prompt_ids: list[int]
@@ -47,6 +51,7 @@ class Trajectory:
     outcome: float
     group_id: str
     info: dict = field(default_factory=dict)
+    episode: EpisodeSummary | None = None
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
@@ -63,6 +68,10 @@ class Trajectory:
         for index in self.turn_end_indices:
             if not 0 <= index < n or self.loss_mask[index] != 1:
                 raise InvalidValue(f"turn_end_index {index} is not a model token of the response")
+        if self.episode is None:
+            self.episode = EpisodeSummary(reward=float(self.outcome), turns=self.num_turns, terminated=True)
+        elif not isinstance(self.info, _SampleInfo):
+            self.info = _SampleInfo(self.info, self.episode)
 
     @property
     def num_turns(self) -> int:
@@ -77,19 +86,57 @@ class Trajectory:
 
 
 def episode_summary(trajectory: Trajectory) -> EpisodeSummary:
-    """The `EpisodeSummary` of a trajectory's episode, read back from its info (the collector writes the keys:
-    ``turns``, ``episode_tool_calls``, ``valid_tool_calls``, ``em``, ``f1``, ``truncated_by``...; ``em``/``f1``
-    fall back on the env's ``reward_components``). The return is the trajectory's ``outcome``."""
-    info = trajectory.info
-    components = info.get(REWARD_COMPONENTS) or {}
-    em, f1 = (as_number(info.get(key, components.get(key))) for key in ("em", "f1"))
-    return EpisodeSummary(
-        task_id=str(info.get(TASK_ID) or ""), reward=float(trajectory.outcome),
-        turns=int(info.get("turns", trajectory.num_turns)), tool_calls=int(info.get("episode_tool_calls", 0)),
-        valid_tool_calls=int(info.get("valid_tool_calls", 0)), em=em, f1=f1, answer=info.get(ANSWER),
-        gold_answers=list(info.get(GOLD_ANSWERS) or []), evidence_recall=as_number(info.get(EVIDENCE_RECALL)),
-        terminated=info.get("truncated_by") is None, truncated=info.get("truncated_by") is not None,
-    )
+    """Deprecated: read ``trajectory.episode``, the collector's record of the episode, carried as it is."""
+    return trajectory.episode
+
+
+# The flat keys the collector wrote into `Trajectory.info` before the episode's record travelled whole, and where
+# each now lives on `EpisodeSummary`. Read for one release, with a DeprecationWarning; a key whose value the episode
+# does not report (em of an env without answers...) is absent, as it was.
+_LEGACY_EPISODE_KEYS: dict[str, str] = {
+    "task_id": "task_id", "turns": "turns", "truncated_by": "truncated_by", "task_fields": "task_fields",
+    "answer": "answer", "gold_answers": "gold_answers", "episode_tool_calls": "tool_calls",
+    "valid_tool_calls": "valid_tool_calls", "tool_call_validity": "tool_call_validity", "em": "em", "f1": "f1",
+    "evidence_recall": "evidence_recall",
+}
+_ALWAYS_PRESENT = {"task_id", "turns", "truncated_by", "task_fields", "episode_tool_calls", "valid_tool_calls"}
+
+
+class _SampleInfo(dict):
+    """`Trajectory.info` of a collected sample: its own keys (``sample_index``, ``num_samples``,
+    ``finish_reasons``), and for one release the old flat episode keys (``em``, ``turns``,
+    ``episode_tool_calls``...) read through to ``trajectory.episode``."""
+
+    def __init__(self, items: Mapping[str, Any], episode: EpisodeSummary) -> None:
+        super().__init__(items)
+        self.episode = episode
+
+    def _legacy(self, key: Any) -> tuple[bool, Any]:
+        name = _LEGACY_EPISODE_KEYS.get(key) if isinstance(key, str) else None
+        if name is None:
+            return False, None
+        value = getattr(self.episode, name)
+        if value is None and key not in _ALWAYS_PRESENT:
+            return False, None
+        warnings.warn(f"trajectory.info[{key!r}] is deprecated: read trajectory.episode.{name} (the "
+                      "EpisodeSummary the collector made); the flat key goes in the next release",
+                      DeprecationWarning, stacklevel=3)
+        return True, value
+
+    def __missing__(self, key: Any) -> Any:
+        found, value = self._legacy(key)
+        if not found:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        found, value = self._legacy(key)
+        return value if found else default
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or self._legacy(key)[0]
 
 
 def group_index(group_ids: Sequence[str]) -> torch.Tensor:
