@@ -36,10 +36,10 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from agent_gym.contract import MESSAGES, REWARD_COMPONENTS, STOP_STRINGS, TASK_ID, TOOLS
+from agent_gym.contract import REWARD_COMPONENTS, STOP_STRINGS
 from agent_gym.error import InvalidValue
 from agent_gym.models.chat_template import turn_stop_token_ids
-from agent_gym.trainers.token_episode import TokenEpisode
+from agent_gym.trainers.episode_driver import EpisodeDriver
 
 __all__ = ["AGENT_NAME", "AgentGymAgentLoop"]
 
@@ -96,46 +96,46 @@ class AgentGymAgentLoop(AgentLoopBase):
         loop = asyncio.get_running_loop()
         _, info = await loop.run_in_executor(
             None, lambda: env.reset(seed=None if seed is None else int(seed), options=reset_options))
-        # One sequence per episode: verl's output has one response, so a context rewrite appends its reply too.
-        episode = TokenEpisode(self.tokenizer, info[MESSAGES], tools=list(info.get(TOOLS) or []) if self.render_tools
-                               else None, stop_token_ids=self.stop_token_ids, max_response_tokens=self.response_length,
-                               new_sample_on_rewrite=False)
+        # The rules of room, cut, pay and truncate are the driver's, as in our own RolloutCollector; one sequence
+        # per episode: verl's output has one response, so a context rewrite appends its reply too.
+        driver = EpisodeDriver(self.tokenizer, info, max_turns=self.max_assistant_turns or None,
+                               max_response_tokens=self.response_length, render_tools=self.render_tools,
+                               stop_token_ids=self.stop_token_ids, new_sample_on_rewrite=False,
+                               task_id=str(reset_options.get("task_id", "")))
         stops = sorted(set(info.get(STOP_STRINGS) or []))
         metrics: dict[str, float] = {"generate_sequences": 0.0, "tool_calls": 0.0}
         request_id = uuid4().hex  # one per episode: the server keeps its prefix cache across turns
-        sample, last_info = episode.sample, info
-        while episode.cut_reason is None:
-            room = episode.room
-            if not room:
-                episode.cut("context")
+        while not driver.finished:
+            room = driver.room_for_turn()
+            if driver.finished:  # no room left for a turn
                 break
-            params = {**sampling_params, "max_tokens": min(max_tokens_per_turn, room),
+            params = {**sampling_params, "max_tokens": min(max_tokens_per_turn, room or max_tokens_per_turn),
                       "stop_token_ids": self.stop_token_ids, "stop": stops, "include_stop_str_in_output": True}
             started = loop.time()
             output = await self.server_manager.generate(
-                request_id=request_id, prompt_ids=sample.prompt_ids + sample.response_ids, sampling_params=params)
+                request_id=request_id, prompt_ids=driver.prompt_ids, sampling_params=params)
             metrics["generate_sequences"] += loop.time() - started
             token_ids = list(output.token_ids)
-            kept = episode.add_model_turn(token_ids, list(output.log_probs or [0.0] * len(token_ids)))
-            if kept is None:
+            action = driver.add_turn(token_ids, list(output.log_probs or [0.0] * len(token_ids)))
+            if action is None:
                 break
-            action = self.tokenizer.decode(kept, skip_special_tokens=True)  # for the env only
             started = loop.time()
-            _, reward, terminated, truncated, last_info = await loop.run_in_executor(None, env.step, action)
+            _, reward, terminated, truncated, step_info = await loop.run_in_executor(None, env.step, action)
             metrics["tool_calls"] += loop.time() - started
-            episode.pay(reward)
-            if terminated or truncated:
-                break
-            if self.max_assistant_turns and episode.turns >= self.max_assistant_turns:
-                episode.cut("max_turns")
-                break
-            episode.add_env_reply(last_info)
-        if episode.needs_truncation:
+            driver.add_step(reward, terminated, truncated, step_info)
+        if driver.awaits_truncation:
             truncate = getattr(env.unwrapped, "truncate", None)
             if callable(truncate):  # pay what the env pays when its own limit cuts an episode
-                reward, truncate_info = await loop.run_in_executor(None, truncate)
-                episode.pay(reward)
-                last_info = {**last_info, **truncate_info}
+                driver.add_truncation(*await loop.run_in_executor(None, truncate))
+            else:
+                driver.skip_truncation()
+        return self._output(driver, metrics)
+
+    @staticmethod
+    def _output(driver: EpisodeDriver, metrics: dict[str, float]) -> AgentLoopOutput:
+        """The episode as verl's output. Our mask of model-sampled tokens, ``loss_mask``, is what verl calls
+        ``response_mask`` (verl has no name for "every response token": that is the response itself)."""
+        sample, last_info = driver.tokens.sample, driver.last_info
         components = {key: float(value) for key, value in (last_info.get(REWARD_COMPONENTS) or {}).items()
                       if isinstance(value, (int, float))}
         return AgentLoopOutput(
@@ -143,15 +143,15 @@ class AgentGymAgentLoop(AgentLoopBase):
             response_ids=sample.response_ids,
             response_mask=sample.loss_mask,
             response_logprobs=sample.logprobs,
-            reward_score=episode.outcome,
-            num_turns=1 + 2 * episode.turns,  # verl counts messages: the prompt, then each assistant turn and its reply
+            reward_score=driver.tokens.outcome,
+            num_turns=1 + 2 * driver.tokens.turns,  # verl counts messages: the prompt, then each turn and its reply
             metrics=AgentLoopMetrics(**metrics),
             extra_fields={
                 "turn_scores": list(sample.turn_rewards),
                 "tool_rewards": [],
                 "reward_components": components,
                 "reward_extra_info": components,
-                "task_id": last_info.get(TASK_ID, reset_options.get("task_id")),
-                "truncated_by": "agent_loop" if episode.cut_reason else None,
+                "task_id": driver.summary.task_id or None,
+                "truncated_by": "agent_loop" if driver.tokens.cut_reason else None,
             },
         )

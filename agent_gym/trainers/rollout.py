@@ -37,13 +37,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from agent_gym.contract import MESSAGES, STOP_STRINGS, TASK_ID, TOOLS
+from agent_gym.contract import MESSAGES, STOP_STRINGS
 from agent_gym.env_batch import EnvBatch, EnvLost, ResetResult, RolloutError, StepResult, as_env_batch
-from agent_gym.episode_summary import EpisodeSummary, summarize_episodes
+from agent_gym.episode_summary import summarize_episodes
 from agent_gym.error import InvalidValue
 from agent_gym.models.chat_template import turn_stop_token_ids
 from agent_gym.trainers.backends.base import Generation, GenerationBackend, SamplingParams
-from agent_gym.trainers.token_episode import TokenEpisode
+from agent_gym.trainers.episode_driver import EpisodeDriver
 from agent_gym.trainers.trajectory import Trajectory
 
 __all__ = ["RolloutCollector", "RolloutConfig", "RolloutError", "evaluate"]
@@ -67,18 +67,21 @@ class RolloutConfig:
 
 @dataclass
 class _Episode:
-    """One episode's scheduling state; its tokens live in `TokenEpisode`, its statistics in `EpisodeSummary`."""
+    """One episode's scheduling state; the rules of its play (room, cut, pay, truncate) are its `EpisodeDriver`'s."""
 
     env_index: int
     group_id: str
     spec_index: int
     stop_strings: list[str]
-    tokens: TokenEpisode | None  # None for an episode whose env was lost at reset
-    summary: EpisodeSummary
+    driver: EpisodeDriver | None  # None for an episode whose env was lost at reset
     finished: bool = False
     action: str = ""  # the decoded turn the env is stepped with this round
-    awaits_truncate: bool = False  # cut by the collector: the env's truncate() pays at the end of the round
     lost: bool = False  # its env's worker died or timed out: dropped, not returned
+
+    @property
+    def awaits_truncate(self) -> bool:
+        """Cut by the collector: the env's truncate() pays at the end of the round."""
+        return not self.lost and self.driver is not None and self.driver.awaits_truncation
 
 
 def _reset_kwargs(spec: Mapping[str, Any] | str) -> dict[str, Any]:
@@ -168,10 +171,9 @@ class RolloutCollector:
                 )
                 # episodes mostly end together, so the count alone sits at 0 for minutes on a CPU: show the turn
                 progress.set_postfix_str(f"turn {round_index + 1} of {len(active)} episodes, {tokens} tokens")
-                generations = self.backend.generate(
-                    [episode.tokens.sample.prompt_ids + episode.tokens.sample.response_ids for episode in active],
-                    params,
-                )
+                # No room check before generating: a turn is cut to the room left by `add_turn` (the batch's
+                # composition, and so its sampling, stays what it was).
+                generations = self.backend.generate([episode.driver.prompt_ids for episode in active], params)
                 round_index += 1
                 tokens += sum(len(generation.token_ids) for generation in generations)
                 progress.set_postfix_str(f"turn {round_index} done, {tokens} tokens")
@@ -212,39 +214,35 @@ class RolloutCollector:
             if isinstance(reset, EnvLost):
                 self.dropped_episodes += 1
                 episodes.append(_Episode(env_index=env_index, group_id="", spec_index=spec_index, stop_strings=[],
-                                         tokens=None, summary=EpisodeSummary(), finished=True, lost=True))
+                                         driver=None, finished=True, lost=True))
             else:
                 episodes.append(self._episode(env_index, spec_index, reset_kwargs[spec_index], reset))
         return episodes
 
     def _episode(self, env_index: int, spec_index: int, kwargs: dict[str, Any], reset: ResetResult) -> _Episode:
         _, info = reset
-        messages = info.get(MESSAGES)
-        if not messages:
+        if not info.get(MESSAGES):
             raise RolloutError(f"env {env_index} returned no info['messages'] from reset (docs/DESIGN.md §2)")
         config = self.config
-        tools = list(info.get(TOOLS) or []) if config.render_tools else None
-        tokens = TokenEpisode(self.tokenizer, messages, tools=tools, stop_token_ids=self.stop_token_ids,
-                              max_context_tokens=config.max_context_tokens)
-        summary = EpisodeSummary.from_reset(info)
-        if TASK_ID not in info:  # an env that names no task: the reset spec's task id, if any
-            summary.task_id = str(kwargs["options"].get("task_id", ""))
+        driver = EpisodeDriver(self.tokenizer, info, max_turns=config.max_turns,
+                               max_context_tokens=config.max_context_tokens, render_tools=config.render_tools,
+                               stop_token_ids=self.stop_token_ids,
+                               task_id=str(kwargs["options"].get("task_id", "")))  # an env that names no task
         return _Episode(
             env_index=env_index,
-            group_id=f"{spec_index}:{summary.task_id}",
+            group_id=f"{spec_index}:{driver.summary.task_id}",
             spec_index=spec_index,
             stop_strings=list(info.get(STOP_STRINGS) or []),
-            tokens=tokens,
-            summary=summary,
+            driver=driver,
         )
 
     def _record_turn(self, episode: _Episode, generation: Generation) -> bool:
         """Append a sampled turn and decode it for the env; False (episode cut) when the context is full."""
-        kept = episode.tokens.add_model_turn(generation.token_ids, generation.logprobs, generation.finish_reason)
-        if kept is None:
-            self._cut(episode)
+        action = episode.driver.add_turn(generation.token_ids, generation.logprobs, generation.finish_reason)
+        if action is None:
+            episode.finished = True
             return False
-        episode.action = self.tokenizer.decode(kept, skip_special_tokens=True)  # for the env only
+        episode.action = action
         return True
 
     def _step_envs(self, episodes: Sequence[_Episode]) -> list[StepResult | EnvLost]:
@@ -260,57 +258,40 @@ class RolloutCollector:
 
     def _drop(self, episode: _Episode) -> None:
         """Its env was lost: the episode ends, is counted, and yields no trajectory."""
-        episode.finished, episode.lost, episode.awaits_truncate = True, True, False
+        episode.finished, episode.lost = True, True
         self.dropped_episodes += 1
 
     def _apply_step(self, episode: _Episode, step: StepResult) -> None:
-        """Pay the turn's reward, then finish the episode or append the env's reply."""
+        """The driver pays the turn's reward, then ends the episode, cuts it, or appends the env's reply."""
         _, reward, terminated, truncated, info = step
-        tokens = episode.tokens
-        tokens.pay(reward)
-        episode.summary.add_step(reward, terminated, truncated, info)
-        if terminated or truncated:
-            episode.finished = True
-            return
-        if self.config.max_turns is not None and tokens.turns >= self.config.max_turns:
-            tokens.cut("max_turns")
-            self._cut(episode)
-            return
-        if not info.get(MESSAGES):
-            raise RolloutError(f"env {episode.env_index} returned no info['messages'] from step (docs/DESIGN.md §2)")
-        if not tokens.add_env_reply(info):
-            self._cut(episode)
-
-    def _cut(self, episode: _Episode) -> None:
-        """End an episode its `TokenEpisode` cut; the env's `truncate()` pays at the end of the round (see the
-        module docstring), in one batch with the round's other cuts."""
-        episode.finished = True
-        episode.summary.cut(episode.tokens.cut_reason or "context")
-        episode.awaits_truncate = episode.tokens.needs_truncation  # no turn sampled: nothing to train on or pay
+        try:
+            episode.driver.add_step(reward, terminated, truncated, info)
+        except RolloutError as error:
+            raise RolloutError(f"env {episode.env_index}: {error}") from error
+        episode.finished = episode.driver.finished
 
     def _truncate_cut(self, episodes: Sequence[_Episode]) -> None:
-        """Pay the round's cut episodes what their envs' `truncate()` pays, on each episode's last turn."""
+        """Pay the round's cut episodes what their envs' `truncate()` pays, in one batch (see the module
+        docstring)."""
         if not episodes:
             return
         started = time.perf_counter()
         results = self.env_batch.truncate_batch([episode.env_index for episode in episodes])
         self.env_seconds += time.perf_counter() - started
         for episode, result in zip(episodes, results, strict=True):
-            episode.awaits_truncate = False
             if isinstance(result, EnvLost):
                 self._drop(episode)
             elif result is None:
+                episode.driver.skip_truncation()
                 self._warn_no_truncate(episode)
             else:
-                reward, info = result
-                episode.tokens.pay(reward)
-                episode.summary.add_truncation(reward, info)
+                episode.driver.add_truncation(*result)
 
     def _warn_no_truncate(self, episode: _Episode) -> None:
         if self._warned_no_truncate:
             return
         self._warned_no_truncate = True
-        name, reason = self.env_batch.env_name(episode.env_index), episode.summary.truncated_by
+        name, reason = self.env_batch.env_name(episode.env_index), episode.driver.summary.truncated_by
         warnings.warn(
             f"{name} has no truncate(): episodes cut by the collector's {reason} limit "
             "end without the outcome the env pays when its own limit cuts them; give the env that "
@@ -319,7 +300,7 @@ class RolloutCollector:
         )
 
     def _trajectories(self, episode: _Episode) -> list[Trajectory]:
-        return episode.tokens.trajectories(episode.group_id, episode=episode.summary)
+        return episode.driver.trajectories(episode.group_id)
 
     def close(self) -> None:
         """Close the envs and the backend."""
