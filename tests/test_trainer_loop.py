@@ -665,7 +665,10 @@ def test_train_command_without_a_model_exits_with_a_clear_message(tmp_path, caps
 
 @pytest.mark.slow
 def test_vllm_backend_samples_from_the_updated_policy_after_each_step(vllm_model_dir, tmp_path):
-    pytest.importorskip("vllm", reason="the vllm extra is not installed")
+    from agent_gym.trainers.backends.vllm_backend import vllm_available
+
+    if not vllm_available():  # a broken install raises more than ImportError
+        pytest.skip("vllm is not importable here; on CPU this test runs in .venv-vllm (bash scripts/make_vllm_venv.sh)")
     from agent_gym.trainers.trainer import Trainer
 
     config = _config(

