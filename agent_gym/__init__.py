@@ -41,8 +41,33 @@ __all__ = [
     "make_env",
     "register_tool_env",
     "registered_envs",
+    "Trainer",
+    "TrainConfig",
+    "SFTTrainer",
+    "SFTConfig",
+    "Pretrainer",
+    "PretrainConfig",
     "__version__",
 ]
+
+# The three training loops, each run as ``Trainer(config).train()``. They live above this package's front room
+# (trainers/, warmstart/) and import torch, so they load on first use (PEP 562), never at ``import agent_gym``.
+_TRAINERS = {
+    "Trainer": "agent_gym.trainers.trainer",
+    "TrainConfig": "agent_gym.trainers.config",
+    "SFTTrainer": "agent_gym.warmstart.sft",
+    "SFTConfig": "agent_gym.warmstart.sft",
+    "Pretrainer": "agent_gym.warmstart.pretrain",
+    "PretrainConfig": "agent_gym.warmstart.pretrain",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _TRAINERS:
+        import importlib
+
+        return getattr(importlib.import_module(_TRAINERS[name]), name)
+    raise AttributeError(f"module 'agent_gym' has no attribute {name!r}")
 
 register_suite()
 

@@ -35,12 +35,12 @@ def test_collate_numbers_groups_and_keeps_each_rows_episode_return():
 def test_token_batch_is_frozen():
     batch = collate([_trajectory(2, 3, 1.0, "g")], 0)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        batch.model_token_mask = batch.response_mask  # type: ignore[misc]
+        batch.loss_mask = batch.response_mask  # type: ignore[misc]
 
 
 def test_rows_and_trimmed_cut_every_record_of_an_update_batch_alike():
     tokens = collate([_trajectory(2, 6, 1.0, "g"), _trajectory(1, 2, 0.0, "g"), _trajectory(1, 3, 0.0, "g")], 0)
-    targets = Advantages(tokens.token_rewards * 2, tokens.model_token_mask.float())
+    targets = Advantages(tokens.token_rewards * 2, tokens.loss_mask.float())
     batch = UpdateBatch(tokens, ScoredBatch(values=tokens.sampling_logprobs), targets)
     short = batch.rows(torch.tensor([2, 1])).trimmed()
     assert short.tokens.input_ids.shape == short.scored.values.shape == short.targets.advantages.shape == (2, 4)
@@ -49,19 +49,19 @@ def test_rows_and_trimmed_cut_every_record_of_an_update_batch_alike():
 
 
 def _inputs(**overrides) -> EstimatorInputs:
-    action_mask = torch.tensor([[0.0, 1.0, 1.0]] * 4)
+    advantage_mask = torch.tensor([[0.0, 1.0, 1.0]] * 4)
     values = {
         "token_rewards": torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]),
         "episode_returns": torch.tensor([1.0, 0.0, 1.0, 1.0]),
         "group_index": torch.tensor([0, 0, 1, 1]),
-        "action_mask": action_mask,
+        "advantage_mask": advantage_mask,
         "values": torch.full((4, 3), 0.25),
     }
     values.update(overrides)
     # the batch itself, for estimators that read its tokens (GiGPO's anchor states): a one-token prompt, then a turn
     values.setdefault("tokens", TokenBatch(
         input_ids=torch.tensor([[1, 5, 6], [1, 5, 7], [2, 8, 9], [2, 8, 9]]), attention_mask=torch.ones(4, 3),
-        response_mask=action_mask, model_token_mask=action_mask, sampling_logprobs=torch.zeros(4, 3),
+        response_mask=advantage_mask, loss_mask=advantage_mask, sampling_logprobs=torch.zeros(4, 3),
         token_rewards=values["token_rewards"], prompt_lengths=torch.ones(4, dtype=torch.long),
         episode_returns=values["episode_returns"], group_index=values["group_index"]))
     return EstimatorInputs(**values)
@@ -70,17 +70,17 @@ def _inputs(**overrides) -> EstimatorInputs:
 def test_estimator_table_runs_the_estimator_its_algo_names():
     inputs = _inputs()
     grpo = ESTIMATORS["grpo"](inputs)
-    expected = grpo_advantages(inputs.episode_returns, inputs.group_index, inputs.action_mask)
+    expected = grpo_advantages(inputs.episode_returns, inputs.group_index, inputs.advantage_mask)
     assert torch.equal(grpo.advantages, expected) and grpo.returns is None
     ppo = ESTIMATORS["ppo"](inputs)
-    advantages, returns = gae_advantages(inputs.token_rewards, inputs.values, inputs.action_mask, 1.0, 1.0)
+    advantages, returns = gae_advantages(inputs.token_rewards, inputs.values, inputs.advantage_mask, 1.0, 1.0)
     assert torch.equal(ppo.advantages, advantages) and torch.equal(ppo.returns, returns)
 
 
 @pytest.mark.parametrize("algo", sorted(ESTIMATORS))
 def test_every_estimator_gives_no_advantage_outside_the_action_mask(algo):
     result = ESTIMATORS[algo](_inputs())
-    assert result.advantages[:, 0].abs().sum() == 0 and torch.equal(result.action_mask, _inputs().action_mask)
+    assert result.advantages[:, 0].abs().sum() == 0 and torch.equal(result.advantage_mask, _inputs().advantage_mask)
 
 
 def test_ppo_without_critic_values_is_a_clear_error():
@@ -185,3 +185,15 @@ def test_packed_forward_under_gradient_checkpointing_runs_rows_whole_and_exact()
     assert packed.tokens_computed == int(lengths.sum())
     torch.testing.assert_close(packed.logprobs * mask, _padded_logprobs(model, ids, prompts) * mask, rtol=1e-5,
                                atol=1e-5)
+
+
+def test_one_mask_vocabulary_with_the_old_names_as_deprecated_aliases():
+    tokens = collate([_trajectory(2, 3, 1.0, "g")], 0)
+    assert set(tokens.__dataclass_fields__) >= {"loss_mask", "response_mask"}
+    assert "model_token_mask" not in tokens.__dataclass_fields__
+    assert tokens.loss_mask[0, 2:].tolist() == _trajectory(2, 3, 1.0, "g").loss_mask  # the trajectories' own mask
+    targets = Advantages(tokens.token_rewards, tokens.loss_mask.float())
+    with pytest.warns(DeprecationWarning, match="loss_mask"):
+        assert tokens.model_token_mask is tokens.loss_mask
+    with pytest.warns(DeprecationWarning, match="advantage_mask"):
+        assert targets.action_mask is targets.advantage_mask

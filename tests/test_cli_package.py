@@ -46,14 +46,20 @@ def test_each_flags_help_and_default_come_from_its_field(explicit_only: bool) ->
 
 def test_sft_flags_are_generated_from_sft_config_with_its_defaults() -> None:
     from agent_gym.cli import _build_parser
+    from agent_gym.cli.train import config_from_sft_args
     from agent_gym.warmstart.sft import SFTConfig
 
     parser = _build_parser("sft")
     namespace = parser.parse_args(["--env", "E", "--model", "m", "--out", "o"])
+    # every field one flag, every default the field's: the one config SFTTrainer runs on
+    assert config_from_sft_args(namespace) == SFTConfig(env="E", model="m", output_dir="o")
     for config_field in dataclasses.fields(SFTConfig):
         flag = "--" + config_field.name.replace("_", "-")
-        assert getattr(namespace, config_field.name) == config_field.default, flag
         assert config_field.metadata["help"] in _help_of(parser, flag).replace("%%", "%"), flag
+    pairs = parser.parse_args(["--env", "E", "--model", "m", "--out", "o", "--env-kwargs", '{"hops": 1, "split": "x"}',
+                               "--env-kwarg", "hops=2", "--policy-kwarg", "p_multihop=0.4"])
+    config = config_from_sft_args(pairs)
+    assert (config.env_kwargs, config.policy_kwargs) == ({"hops": 2, "split": "x"}, {"p_multihop": 0.4})
 
 
 def test_sft_names_its_output_folder_output_dir_as_train_does_and_still_takes_out() -> None:

@@ -45,7 +45,7 @@ def batch():
 
 
 def _turns(batch, state="observations"):
-    return find_turns(batch.input_ids, batch.model_token_mask, batch.attention_mask, batch.prompt_lengths,
+    return find_turns(batch.input_ids, batch.loss_mask, batch.attention_mask, batch.prompt_lengths,
                       batch.token_rewards, batch.group_index, state)
 
 
@@ -90,7 +90,7 @@ def test_step_returns_discount_later_turn_rewards(batch):
 
 
 def test_gigpo_advantage_is_grpo_plus_the_anchor_normalised_step_return(batch):
-    action = batch.model_token_mask.float()
+    action = batch.loss_mask.float()
     advantages = gigpo_advantages(batch, action, step_weight=0.5, step_gamma=0.95)
     episode = grpo_advantages(batch.episode_returns, batch.group_index, action)
     first = [0.95, 0.0, 0.0, 0.5]  # the returns of the first turns (one anchor group)
@@ -104,14 +104,14 @@ def test_gigpo_advantage_is_grpo_plus_the_anchor_normalised_step_return(batch):
 
 
 def test_a_turn_alone_in_its_anchor_state_gets_no_step_advantage(batch):
-    action = batch.model_token_mask.float()
+    action = batch.loss_mask.float()
     advantages = gigpo_advantages(batch, action, anchor_state="context")
     episode = grpo_advantages(batch.episode_returns, batch.group_index, action)
     assert advantages[1, 6].item() == pytest.approx(episode[1, 6].item())  # B's second turn: a singleton
 
 
 def test_with_zero_step_weight_gigpo_is_grpo(batch):
-    action = batch.model_token_mask.float()
+    action = batch.loss_mask.float()
     episode = grpo_advantages(batch.episode_returns, batch.group_index, action)
     assert torch.allclose(gigpo_advantages(batch, action, step_weight=0.0), episode)
 
@@ -126,6 +126,6 @@ def test_advantage_mask_off_gives_the_env_reply_its_turns_step_advantage(batch):
 def test_gigpo_is_a_group_estimator_reading_the_batch_tokens(batch):
     estimator = ESTIMATORS["gigpo"]
     assert estimator.needs_groups and not estimator.needs_critic and estimator.reads_token_rewards
-    action = batch.model_token_mask.float()
+    action = batch.loss_mask.float()
     inputs = EstimatorInputs(batch.token_rewards, batch.episode_returns, batch.group_index, action, tokens=batch)
     assert torch.allclose(estimator(inputs).advantages, gigpo_advantages(batch, action))

@@ -275,12 +275,12 @@ def test_trajectories_collate_into_aligned_training_tensors(tiny):
         start = len(trajectory.prompt_ids)
         end = start + len(trajectory.response_ids)
         assert batch.input_ids[row, start:end].tolist() == trajectory.response_ids
-        assert batch.model_token_mask[row, start:end].tolist() == trajectory.loss_mask
+        assert batch.loss_mask[row, start:end].tolist() == trajectory.loss_mask
     # The stored sampling log-probs are what the policy's forward pass gives for the same tokens.
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logprobs = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
-    mask = batch.model_token_mask[:, 1:].bool()
+    mask = batch.loss_mask[:, 1:].bool()
     assert torch.allclose(logprobs[mask], batch.sampling_logprobs[:, 1:][mask], atol=1e-4)
 
 

@@ -8,12 +8,16 @@ plays one episode of the row's env in it, token in / token out, laid out by the 
 1. it makes the env (``gymnasium.make(row["extra_info"]["env_id"], **env_kwargs)``) and resets it on the row's
    task; the prompt is the env's own ``info["messages"]``, rendered with the chat template;
 2. each turn, ``server_manager.generate(prompt_ids=prompt + response so far)`` samples token ids and their
-   log-probs, which are appended verbatim with ``response_mask = 1``; the env is stepped with their decoded
+   log-probs, which are appended verbatim with ``loss_mask = 1``; the env is stepped with their decoded
    text (decoded for the env only: model tokens are never re-encoded);
 3. the env's new messages (tool results, or feedback on a malformed turn) are rendered as a chat-template delta
-   and appended with ``response_mask = 0``;
+   and appended with ``loss_mask = 0``;
 4. the episode ends when the env ends it, at ``multi_turn.max_assistant_turns``, or when ``response_length``
-   is spent (then the env's optional ``truncate()`` pays what its own limit would, as in the collector).
+   is spent (then the env's optional ``truncate()`` pays what its own limit would): the rules are
+   `EpisodeDriver`'s (agent_gym/trainers/episode_driver.py), the very ones our collector drives.
+
+Mask names: our ``loss_mask`` (1 on model-sampled tokens) is verl's ``response_mask``; our ``response_mask``
+(every response token) has no verl field, it is the response itself. The mapping is written in `_output`, once.
 
 The ``AgentLoopOutput`` carries ``reward_score`` = the episode's return (the sum of the env's rewards, Agent-R1
 Eq. 6 under the default reward spec), so verl needs no reward function; ``extra_fields`` carry the per-turn

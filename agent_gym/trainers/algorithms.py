@@ -3,12 +3,12 @@
 Every function is plain tensor code on padded ``[B, T]`` tensors with an explicit mask, so it can be checked
 against its paper line by line. Shapes and conventions shared by all estimators:
 
-- ``action_mask[b, t] = 1`` on the tokens that receive an advantage. With the advantage mask on (Agent-R1's
-  default) these are the model-sampled tokens (``TokenBatch.model_token_mask``); with it off (Agent-R1
+- ``advantage_mask[b, t] = 1`` on the tokens that receive an advantage. With the advantage mask on (Agent-R1's
+  default) these are the model-sampled tokens (``TokenBatch.loss_mask``); with it off (Agent-R1
   Table 4 ablation) they are all response tokens, env observation tokens included (``advantage_token_mask``).
 - ``token_rewards[b, t]`` holds each turn's reward on that turn's last model token (docs/DESIGN.md §7).
 - ``outcomes[b]`` is the episode return, ``group_index[b]`` the integer group of episodes sharing a task.
-- Outputs are zero wherever ``action_mask`` is zero.
+- Outputs are zero wherever ``advantage_mask`` is zero.
 
 ``ESTIMATORS`` (at the end) names each estimator the trainer can run: an `Estimator` record, a function from
 `EstimatorInputs` to `Advantages` with what it needs (groups, a critic, token rewards), so ``config.algo``
@@ -47,10 +47,10 @@ __all__ = [
 
 
 def advantage_token_mask(
-    model_token_mask: torch.Tensor, response_mask: torch.Tensor, use_advantage_mask: bool
+    loss_mask: torch.Tensor, response_mask: torch.Tensor, use_advantage_mask: bool
 ) -> torch.Tensor:
     """Tokens given an advantage: model tokens only (on), or all response tokens (off, Agent-R1 Table 4)."""
-    return (model_token_mask if use_advantage_mask else response_mask).to(torch.float32)
+    return (loss_mask if use_advantage_mask else response_mask).to(torch.float32)
 
 
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -80,7 +80,7 @@ def _group_stats(
 def grpo_advantages(
     outcomes: torch.Tensor,
     groups: torch.Tensor,
-    action_mask: torch.Tensor,
+    advantage_mask: torch.Tensor,
     scale_by_std: bool = True,
     eps: float = 1e-6,
 ) -> torch.Tensor:
@@ -98,10 +98,10 @@ def grpo_advantages(
     advantage = outcomes.to(torch.float32) - sums / counts
     if scale_by_std:
         advantage = advantage / (stds + eps)
-    return advantage[:, None].to(action_mask.device) * action_mask.to(torch.float32)
+    return advantage[:, None].to(advantage_mask.device) * advantage_mask.to(torch.float32)
 
 
-def rloo_advantages(outcomes: torch.Tensor, groups: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+def rloo_advantages(outcomes: torch.Tensor, groups: torch.Tensor, advantage_mask: torch.Tensor) -> torch.Tensor:
     """REINFORCE Leave-One-Out, broadcast to every action token.
 
     RLOO (Kool et al. 2019 "Buy 4 REINFORCE samples"; Ahmadian et al. 2024 "Back to Basics"):
@@ -112,37 +112,37 @@ def rloo_advantages(outcomes: torch.Tensor, groups: torch.Tensor, action_mask: t
     outcomes = outcomes.to(torch.float32)
     baseline = (sums - outcomes) / (counts - 1).clamp(min=1.0)
     advantage = torch.where(counts > 1, outcomes - baseline, torch.zeros_like(outcomes))
-    return advantage[:, None].to(action_mask.device) * action_mask.to(torch.float32)
+    return advantage[:, None].to(advantage_mask.device) * advantage_mask.to(torch.float32)
 
 
 def kl_penalized_rewards(
     token_rewards: torch.Tensor,
     logprobs: torch.Tensor,
     ref_logprobs: torch.Tensor,
-    action_mask: torch.Tensor,
+    advantage_mask: torch.Tensor,
     kl_coef: float,
 ) -> torch.Tensor:
     """KL-in-reward with the k1 estimator (Ouyang et al. 2022, InstructGPT Eq. 2; Schulman's "k1"):
     r'_t = r_t - beta * (log pi(a_t|s_t) - log pi_ref(a_t|s_t)) on every action token.
     """
-    kl = (logprobs - ref_logprobs) * action_mask.to(logprobs.dtype)
+    kl = (logprobs - ref_logprobs) * advantage_mask.to(logprobs.dtype)
     return token_rewards - kl_coef * kl
 
 
-def discounted_returns(token_rewards: torch.Tensor, action_mask: torch.Tensor, gamma: float) -> torch.Tensor:
+def discounted_returns(token_rewards: torch.Tensor, advantage_mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """Discounted return over action tokens only: G_t = r_t + gamma * G_{next action token}.
 
     Non-action tokens (env observations, padding) are skipped: they neither discount nor reset the return, so
     credit flows from a later turn's reward back across the env segment to earlier turns (Agent-R1).
     A reward sitting on a non-action token is credited, undiscounted, to the preceding action token.
     """
-    return gae_advantages(token_rewards, torch.zeros_like(token_rewards), action_mask, gamma, lam=1.0)[0]
+    return gae_advantages(token_rewards, torch.zeros_like(token_rewards), advantage_mask, gamma, lam=1.0)[0]
 
 
 def gae_advantages(
     token_rewards: torch.Tensor,
     values: torch.Tensor,
-    action_mask: torch.Tensor,
+    advantage_mask: torch.Tensor,
     gamma: float,
     lam: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,9 +153,9 @@ def gae_advantages(
         delta_t = r_t + gamma * V(t') - V(t)
         A_t     = delta_t + gamma * lam * A_{t'}
         returns = A + V                         (the critic's regression target)
-    Returns ``(advantages, returns)``, both zero outside ``action_mask``.
+    Returns ``(advantages, returns)``, both zero outside ``advantage_mask``.
     """
-    mask = action_mask.to(torch.float32)
+    mask = advantage_mask.to(torch.float32)
     rewards = token_rewards.to(torch.float32)
     values = values.detach().to(torch.float32)
     batch, length = rewards.shape
@@ -179,7 +179,7 @@ def gae_advantages(
 
 def reinforce_pp_advantages(
     token_rewards: torch.Tensor,
-    action_mask: torch.Tensor,
+    advantage_mask: torch.Tensor,
     gamma: float = 1.0,
     outcomes: torch.Tensor | None = None,
     groups: torch.Tensor | None = None,
@@ -192,7 +192,7 @@ def reinforce_pp_advantages(
     subtracted from the reward on its last action token before the return is taken, so
     G_t = ... + gamma^(...) * (R_i - mean_group(R)); whitening follows as above.
     """
-    mask = action_mask.to(torch.float32)
+    mask = advantage_mask.to(torch.float32)
     rewards = token_rewards.to(torch.float32).clone()
     if groups is not None:
         if outcomes is None:
@@ -209,7 +209,7 @@ def reinforce_pp_advantages(
 
 def gigpo_advantages(
     tokens: TokenBatch,
-    action_mask: torch.Tensor,
+    advantage_mask: torch.Tensor,
     token_rewards: torch.Tensor | None = None,
     step_weight: float = 1.0,
     step_gamma: float = 0.95,
@@ -230,9 +230,9 @@ def gigpo_advantages(
     ``tokens.token_rewards``; a turn's reward is the sum over its span (its tokens and the env reply after it).
     """
     rewards = tokens.token_rewards if token_rewards is None else token_rewards
-    episode = grpo_advantages(tokens.episode_returns, tokens.group_index, action_mask, eps=eps)
+    episode = grpo_advantages(tokens.episode_returns, tokens.group_index, advantage_mask, eps=eps)
     turns = find_turns(
-        tokens.input_ids, tokens.model_token_mask, tokens.attention_mask, tokens.prompt_lengths, rewards,
+        tokens.input_ids, tokens.loss_mask, tokens.attention_mask, tokens.prompt_lengths, rewards,
         tokens.group_index, anchor_state,
     )
     if turns.count == 0:
@@ -242,7 +242,7 @@ def gigpo_advantages(
     for index in range(turns.count):  # broadcast each turn's A^S over its span
         row, start, end = int(turns.row[index]), int(turns.start[index]), int(turns.end[index])
         step_tokens[row, start:end] = float(step[index])
-    return episode + step_weight * step_tokens * action_mask.to(episode.dtype)
+    return episode + step_weight * step_tokens * advantage_mask.to(episode.dtype)
 
 
 # ---------------------------------------------------------------------------------------------- the table
@@ -257,7 +257,7 @@ class EstimatorInputs:
             trainer folds a KL into the rewards).
         episode_returns: ``[B]`` the return of each row's episode (outcome estimators).
         group_index: ``[B]`` the group of each row (GRPO, RLOO, REINFORCE++-baseline).
-        action_mask: ``[B, T]`` the tokens that get an advantage (see the module docstring).
+        advantage_mask: ``[B, T]`` the tokens that get an advantage (see the module docstring).
         values: ``[B, T]`` critic values (PPO); None without a critic.
         gamma, lam: discount and GAE lambda over action tokens.
         tokens: the batch itself, for estimators that read its tokens (GiGPO's anchor states).
@@ -268,7 +268,7 @@ class EstimatorInputs:
     token_rewards: torch.Tensor
     episode_returns: torch.Tensor
     group_index: torch.Tensor
-    action_mask: torch.Tensor
+    advantage_mask: torch.Tensor
     values: torch.Tensor | None = None
     gamma: float = 1.0
     lam: float = 1.0
@@ -279,41 +279,41 @@ class EstimatorInputs:
 
 
 def _grpo(x: EstimatorInputs) -> Advantages:
-    return Advantages(grpo_advantages(x.episode_returns, x.group_index, x.action_mask), x.action_mask)
+    return Advantages(grpo_advantages(x.episode_returns, x.group_index, x.advantage_mask), x.advantage_mask)
 
 
 def _dr_grpo(x: EstimatorInputs) -> Advantages:
-    advantages = grpo_advantages(x.episode_returns, x.group_index, x.action_mask, scale_by_std=False)
-    return Advantages(advantages, x.action_mask)
+    advantages = grpo_advantages(x.episode_returns, x.group_index, x.advantage_mask, scale_by_std=False)
+    return Advantages(advantages, x.advantage_mask)
 
 
 def _rloo(x: EstimatorInputs) -> Advantages:
-    return Advantages(rloo_advantages(x.episode_returns, x.group_index, x.action_mask), x.action_mask)
+    return Advantages(rloo_advantages(x.episode_returns, x.group_index, x.advantage_mask), x.advantage_mask)
 
 
 def _reinforce_pp(x: EstimatorInputs) -> Advantages:
-    return Advantages(reinforce_pp_advantages(x.token_rewards, x.action_mask, x.gamma), x.action_mask)
+    return Advantages(reinforce_pp_advantages(x.token_rewards, x.advantage_mask, x.gamma), x.advantage_mask)
 
 
 def _reinforce_pp_baseline(x: EstimatorInputs) -> Advantages:
-    advantages = reinforce_pp_advantages(x.token_rewards, x.action_mask, x.gamma, x.episode_returns, x.group_index)
-    return Advantages(advantages, x.action_mask)
+    advantages = reinforce_pp_advantages(x.token_rewards, x.advantage_mask, x.gamma, x.episode_returns, x.group_index)
+    return Advantages(advantages, x.advantage_mask)
 
 
 def _ppo(x: EstimatorInputs) -> Advantages:
     if x.values is None:
         raise InvalidValue("ppo needs the critic's values (EstimatorInputs.values)")
-    advantages, returns = gae_advantages(x.token_rewards, x.values, x.action_mask, x.gamma, x.lam)
-    return Advantages(advantages, x.action_mask, returns)
+    advantages, returns = gae_advantages(x.token_rewards, x.values, x.advantage_mask, x.gamma, x.lam)
+    return Advantages(advantages, x.advantage_mask, returns)
 
 
 def _gigpo(x: EstimatorInputs) -> Advantages:
     if x.tokens is None:
         raise InvalidValue("gigpo needs the batch's tokens (EstimatorInputs.tokens) to find its anchor states")
     advantages = gigpo_advantages(
-        x.tokens, x.action_mask, x.token_rewards, x.step_weight, x.step_gamma, x.anchor_state
+        x.tokens, x.advantage_mask, x.token_rewards, x.step_weight, x.step_gamma, x.anchor_state
     )
-    return Advantages(advantages, x.action_mask)
+    return Advantages(advantages, x.advantage_mask)
 
 
 @dataclass(frozen=True)

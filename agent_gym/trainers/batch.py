@@ -8,11 +8,20 @@ record it reads: it builds the next one. `UpdateBatch` holds the three records a
 
 Per-token tensors are ``[B, T]``, right-padded and aligned with ``input_ids`` position by position: the value
 for the token at ``input_ids[i, t]`` sits at ``[i, t]``, and is zero on prompt and padding positions.
+
+The masks have one name each, everywhere in agent_gym (the adapters map them to other libraries' names once):
+
+- ``loss_mask``: 1 on the tokens the policy sampled, 0 on the tokens the env inserted (docs/DESIGN.md §7). It is
+  verl's ``response_mask`` and TRL's ``env_mask`` (adapters/verl.py, adapters/trl.py).
+- ``response_mask``: 1 on every response token, sampled or inserted (verl has no name for it).
+- ``advantage_mask``: the tokens an estimator gives an advantage: ``loss_mask`` with Agent-R1's advantage mask on
+  (the default), ``response_mask`` with it off (Table 4).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -54,8 +63,8 @@ class TokenBatch(_Rows):
         input_ids: ``[B, T]`` prompt then response tokens, right-padded.
         attention_mask: ``[B, T]`` 1 on real tokens, 0 on padding.
         response_mask: ``[B, T]`` 1 on every response token, sampled by the policy or inserted by the env.
-        model_token_mask: ``[B, T]`` 1 on the tokens the policy sampled (docs/DESIGN.md §7's loss mask), 0 on env
-            tokens.
+        loss_mask: ``[B, T]`` 1 on the tokens the policy sampled (docs/DESIGN.md §7), 0 on env tokens: the
+            trajectories' ``loss_mask``, padded.
         sampling_logprobs: ``[B, T]`` the sampler's log-prob of each model token (0 elsewhere). The log-prob of
             the token at position t comes from the logits at t - 1.
         token_rewards: ``[B, T]`` each turn's reward on that turn's last model token.
@@ -68,7 +77,7 @@ class TokenBatch(_Rows):
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     response_mask: torch.Tensor
-    model_token_mask: torch.Tensor
+    loss_mask: torch.Tensor
     sampling_logprobs: torch.Tensor
     token_rewards: torch.Tensor
     prompt_lengths: torch.Tensor
@@ -78,6 +87,13 @@ class TokenBatch(_Rows):
     @property
     def size(self) -> int:
         return self.input_ids.shape[0]
+
+    @property
+    def model_token_mask(self) -> torch.Tensor:
+        """Deprecated name of `loss_mask` (kept for one release)."""
+        warnings.warn("TokenBatch.model_token_mask is deprecated: read TokenBatch.loss_mask", DeprecationWarning,
+                      stacklevel=2)
+        return self.loss_mask
 
     def longest_row(self) -> int:
         """The length of the longest row, padding excluded."""
@@ -106,18 +122,25 @@ class ScoredBatch(_Rows):
 
 @dataclass(frozen=True)
 class Advantages(_Rows):
-    """What an advantage estimator returns (``[B, T]`` each, zero outside ``action_mask``).
+    """What an advantage estimator returns (``[B, T]`` each, zero outside ``advantage_mask``).
 
     Attributes:
         advantages: the advantage of each token.
-        action_mask: the tokens treated as actions, i.e. given an advantage: the model tokens, or every
-            response token with the advantage mask off (Agent-R1 Table 4).
+        advantage_mask: the tokens given an advantage: ``loss_mask`` (the model tokens), or every response token
+            with the advantage mask off (Agent-R1 Table 4).
         returns: the critic's regression targets (PPO); None for critic-free estimators.
     """
 
     advantages: torch.Tensor
-    action_mask: torch.Tensor
+    advantage_mask: torch.Tensor
     returns: torch.Tensor | None = None
+
+    @property
+    def action_mask(self) -> torch.Tensor:
+        """Deprecated name of `advantage_mask` (kept for one release)."""
+        warnings.warn("Advantages.action_mask is deprecated: read Advantages.advantage_mask", DeprecationWarning,
+                      stacklevel=2)
+        return self.advantage_mask
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ class Turns:
 
 def find_turns(
     input_ids: torch.Tensor,
-    model_token_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
     attention_mask: torch.Tensor,
     prompt_lengths: torch.Tensor,
     token_rewards: torch.Tensor,
@@ -82,7 +82,7 @@ def find_turns(
     """The turns of a right-padded batch and their anchor groups (see the module docstring)."""
     if state not in ANCHOR_STATES:
         raise InvalidValue(f"anchor state must be one of {ANCHOR_STATES}, got {state!r}")
-    ids, model, lengths = input_ids.tolist(), model_token_mask.tolist(), attention_mask.sum(dim=1).tolist()
+    ids, model, lengths = input_ids.tolist(), loss_mask.tolist(), attention_mask.sum(dim=1).tolist()
     rewards, groups, prompts = token_rewards.float().cpu(), group_index.tolist(), prompt_lengths.tolist()
     rows, starts, ends, turn_rewards, anchors = [], [], [], [], []
     anchor_of: dict[tuple[int, tuple[int, ...]], int] = {}

@@ -1,8 +1,9 @@
 """Policy, value, entropy and KL losses, and how per-token losses are aggregated (docs/DESIGN.md §7).
 
 All per-token tensors are ``[B, T]``; ``mask`` selects the tokens that contribute. With the loss mask on
-(Agent-R1's default) it is the model-token mask; with it off (Agent-R1 Table 4 ablation) it covers every
-response token, env observation tokens included. Each loss returns a scalar already aggregated.
+(Agent-R1's default) it is ``TokenBatch.loss_mask`` (the model-sampled tokens); with it off (Agent-R1 Table 4
+ablation) it is ``response_mask``, every response token, env observation tokens included. Each loss returns a
+scalar already aggregated.
 
 ``normalizer`` lets a micro-batch use the token / sequence count of its whole mini-batch, so gradient
 accumulation over micro-batches gives exactly the gradient of the full mini-batch.

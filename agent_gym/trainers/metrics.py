@@ -10,12 +10,16 @@ import json
 import math
 import os
 import time
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from agent_gym.episode_summary import summarize_episodes
 from agent_gym.jsonl import iter_jsonl
+from agent_gym.trainers.losses import PolicyLossOutput, masked_mean
 from agent_gym.trainers.trajectory import episode_summary
 
 # --- rollout statistics (training episodes) ---
@@ -80,6 +84,59 @@ def episode_metrics(trajectories: Iterable[Any], prefix: str = "charts") -> dict
         metrics[RESPONSE_LENGTH] = _mean([float(sum(t.loss_mask)) for t in trajectories])
     metrics.update({f"{prefix}/{key}": float(summary[key]) for key in LOGGED_EPISODE_METRICS[2:] if key in summary})
     return metrics
+
+
+class UpdateStats:
+    """The metrics of one optimizer step, summed over its micro-batches.
+
+    Token-averaged metrics weigh each micro-batch by its share of the mini-batch's loss tokens, so they equal the
+    mini-batch's own average; entropy and the sampler's log-prob gap average over model tokens whatever the loss
+    mask, so runs with it on and off stay comparable.
+    """
+
+    def __init__(self, loss_tokens: torch.Tensor, model_tokens: torch.Tensor) -> None:
+        """``loss_tokens``: the mini-batch's tokens in the policy loss; ``model_tokens``: those the policy sampled."""
+        self._loss_token_count = float(loss_tokens.sum().clamp(min=1.0))
+        self._model_token_count = float(model_tokens.sum().clamp(min=1.0))
+        self._sums: dict[str, float] = defaultdict(float)
+
+    def add(
+        self,
+        *,
+        loss_tokens: torch.Tensor,
+        model_tokens: torch.Tensor,
+        policy: PolicyLossOutput,
+        entropy: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        sampling_logprobs: torch.Tensor,
+        tokens_computed: int,
+        kl: torch.Tensor | None = None,
+        value_loss: torch.Tensor | None = None,
+        value_clipfrac: torch.Tensor | None = None,
+    ) -> None:
+        """Add one micro-batch: its tokens in the loss and sampled by the policy, its per-token entropy, KL to the
+        reference and log-probs."""
+        sums = self._sums
+        share = float(loss_tokens.sum()) / self._loss_token_count  # this micro-batch's weight in token averages
+        model_tokens = model_tokens.float()
+        sums[UPDATE_TOKENS] += tokens_computed
+        sums[POLICY_LOSS] += float(policy.loss.detach())
+        sums[CLIPFRAC] += share * float(policy.clipfrac)
+        sums[APPROX_KL] += share * float(policy.approx_kl)
+        sums[DUAL_CLIPFRAC] += share * float(policy.dual_clipfrac)
+        sums[ENTROPY] += float((entropy.detach() * model_tokens).sum()) / self._model_token_count
+        sums[SAMPLER_LOGPROB_DIFF] += float(
+            ((old_logprobs - sampling_logprobs).abs() * model_tokens).sum() / self._model_token_count
+        )
+        if kl is not None:
+            sums[KL_REF] += share * float(masked_mean(kl.detach(), loss_tokens))
+        if value_loss is not None:
+            sums[VALUE_LOSS] += float(value_loss.detach())
+            sums[VALUE_CLIPFRAC] += share * float(value_clipfrac if value_clipfrac is not None else 0.0)
+
+    def result(self, grad_norm: float) -> dict[str, float]:
+        """The step's metrics, its gradient norm (before clipping) included."""
+        return {**self._sums, GRAD_NORM: float(grad_norm)}
 
 
 def _step_of(line: str) -> int | None:

@@ -4,7 +4,7 @@ One step (docs/DESIGN.md §7), each stage building the next frozen record of bat
   1. the task sampler picks ``tasks_per_step`` tasks; the collector plays ``group_size`` episodes of each
      (with ``dynamic_sampling``, groups whose returns are all equal are dropped and more tasks are played, up
      to ``max_sampling_rounds`` rollouts: dynamic_sampling.py);
-  2. ``collate`` pads the trajectories into a ``TokenBatch`` (``[B, T]`` tensors; ``model_token_mask`` marks
+  2. ``collate`` pads the trajectories into a ``TokenBatch`` (``[B, T]`` tensors; ``loss_mask`` marks
      the tokens the policy sampled);
   3. ``score`` runs the policy (the PPO "old" log-probs), the reference model and the critic on it, without
      gradients: a ``ScoredBatch``;
@@ -422,18 +422,18 @@ class Trainer:
         rows' advantages are scaled so that every kind holds the same weight in the loss (kind_balance.py).
         """
         config = self.config
-        action_mask = advantage_token_mask(batch.model_token_mask, batch.response_mask, config.use_advantage_mask)
+        advantage_mask = advantage_token_mask(batch.loss_mask, batch.response_mask, config.use_advantage_mask)
         rewards = batch.token_rewards
         if config.kl_in_reward_coef > 0:
             assert scored.old_logprobs is not None and scored.ref_logprobs is not None  # see _needs_old_logprobs
             rewards = kl_penalized_rewards(
-                rewards, scored.old_logprobs, scored.ref_logprobs, action_mask, config.kl_in_reward_coef
+                rewards, scored.old_logprobs, scored.ref_logprobs, advantage_mask, config.kl_in_reward_coef
             )
         inputs = EstimatorInputs(
             token_rewards=rewards,
             episode_returns=batch.episode_returns,
             group_index=batch.group_index,
-            action_mask=action_mask,
+            advantage_mask=advantage_mask,
             values=scored.values,
             gamma=config.gamma,
             lam=config.lam,
@@ -453,7 +453,7 @@ class Trainer:
 
     def _loss_token_mask(self, tokens: TokenBatch) -> torch.Tensor:
         """Tokens in the policy loss: the model tokens, or every response token with the loss mask off."""
-        return (tokens.model_token_mask if self.config.use_loss_mask else tokens.response_mask).float()
+        return (tokens.loss_mask if self.config.use_loss_mask else tokens.response_mask).float()
 
     def _update(self, batch: UpdateBatch) -> dict[str, float]:
         """ppo_epochs x num_mini_batches optimizer steps with micro-batch gradient accumulation."""
@@ -475,9 +475,9 @@ class Trainer:
         loss_tokens = self._loss_token_mask(mini.tokens)
         # Micro-batch losses divide by the whole mini-batch's count, so their gradients sum to its gradient.
         normalizer = aggregation_normalizer(loss_tokens, agg)
-        value_normalizer = aggregation_normalizer(mini.targets.action_mask, agg)
+        value_normalizer = aggregation_normalizer(mini.targets.advantage_mask, agg)
         loss_token_count = float(loss_tokens.sum().clamp(min=1.0))
-        model_token_count = float(mini.tokens.model_token_mask.sum().clamp(min=1.0))
+        model_token_count = float(mini.tokens.loss_mask.sum().clamp(min=1.0))
         sums: dict[str, float] = defaultdict(float)
         self.optimizer.zero_grad(set_to_none=True)
         if self.critic_optimizer is not None:
@@ -524,7 +524,7 @@ class Trainer:
                     values,
                     scored.values,
                     targets.returns,
-                    targets.action_mask,
+                    targets.advantage_mask,
                     config.value_clip,
                     agg,
                     value_normalizer,
@@ -535,7 +535,7 @@ class Trainer:
             loss.backward()
 
             share = float(mask.sum()) / loss_token_count  # this micro-batch's weight in token-averaged stats
-            model_tokens = tokens.model_token_mask.float()
+            model_tokens = tokens.loss_mask.float()
             sums[m.POLICY_LOSS] += float(pg.loss.detach())
             sums[m.CLIPFRAC] += share * float(pg.clipfrac)
             sums[m.APPROX_KL] += share * float(pg.approx_kl)
@@ -597,7 +597,7 @@ class Trainer:
         metrics = {
             **episode_metrics(sampled.sampled),
             **stats,
-            m.ADVANTAGE_MEAN: float(masked_mean(targets.advantages, targets.action_mask)),
+            m.ADVANTAGE_MEAN: float(masked_mean(targets.advantages, targets.advantage_mask)),
             m.LEARNING_RATE: self.scheduler.get_last_lr()[0],
             # every episode played counts, the groups dynamic sampling dropped included
             m.TOKENS_PER_S: sum(len(t.response_ids) for t in sampled.sampled) / max(elapsed, 1e-9),

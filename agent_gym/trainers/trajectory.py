@@ -150,8 +150,8 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TokenBatch:
 
     Layout: RIGHT padding of the concatenation `prompt_ids + response_ids`, so row i holds its prompt at
     positions `[0, prompt_lengths[i])` and its response right after it, then padding. Every per-token tensor
-    has the shape `[B, T]` of `input_ids` and is aligned with it (see batch.py). A trajectory's `loss_mask`
-    becomes `model_token_mask`, its `outcome` `episode_returns`, its `group_id` `group_index`.
+    has the shape `[B, T]` of `input_ids` and is aligned with it (see batch.py). A trajectory's `loss_mask` is
+    padded into the batch's `loss_mask`, its `outcome` into `episode_returns`, its `group_id` into `group_index`.
     """
     if not trajectories:
         raise InvalidValue("collate() needs at least one trajectory")
@@ -160,7 +160,7 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TokenBatch:
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((batch, width), dtype=torch.long)
     response_mask = torch.zeros((batch, width), dtype=torch.long)
-    model_token_mask = torch.zeros((batch, width), dtype=torch.long)
+    loss_mask = torch.zeros((batch, width), dtype=torch.long)
     sampling_logprobs = torch.zeros((batch, width), dtype=torch.float32)
     token_rewards = torch.zeros((batch, width), dtype=torch.float32)
     prompt_lengths = torch.zeros((batch,), dtype=torch.long)
@@ -169,7 +169,7 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TokenBatch:
         input_ids[row, :end] = torch.tensor(trajectory.prompt_ids + trajectory.response_ids, dtype=torch.long)
         attention_mask[row, :end] = 1
         response_mask[row, start:end] = 1
-        model_token_mask[row, start:end] = torch.tensor(trajectory.loss_mask, dtype=torch.long)
+        loss_mask[row, start:end] = torch.tensor(trajectory.loss_mask, dtype=torch.long)
         sampling_logprobs[row, start:end] = torch.tensor(trajectory.sampling_logprobs, dtype=torch.float32)
         token_rewards[row, start:end] = torch.tensor(trajectory.token_rewards(), dtype=torch.float32)
         prompt_lengths[row] = start
@@ -177,7 +177,7 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TokenBatch:
         input_ids=input_ids,
         attention_mask=attention_mask,
         response_mask=response_mask,
-        model_token_mask=model_token_mask,
+        loss_mask=loss_mask,
         sampling_logprobs=sampling_logprobs,
         token_rewards=token_rewards,
         prompt_lengths=prompt_lengths,

@@ -27,7 +27,6 @@ from agent_gym.models.saving import save_model
 from agent_gym.models.threads import DEFAULT_TORCH_THREADS
 from agent_gym.trainers.checkpoint import (
     STATE_FILE,
-    CheckpointError,
     capture_rng_state,
     checkpoint_path,
     latest_checkpoint,
@@ -39,6 +38,7 @@ from agent_gym.trainers.config import ConfigError
 from agent_gym.trainers.lr_schedule import lr_lambda
 from agent_gym.trainers.metrics import METRICS_FILE, MetricsLogger
 from agent_gym.trainers.run_dir import check_run_dir, clear_run_dir
+from agent_gym.trainers.run_record import RECORD_FILE, RECORD_KEY, RunRecord, check_resume, write_run_record
 from agent_gym.trainers.stop_signals import StopOnSignal, StopRequested, TrainingInterrupted
 from agent_gym.warmstart.copy_drills import DRILL_FORMS, DrillSource
 from agent_gym.warmstart.copy_skill import copy_skill
@@ -49,7 +49,9 @@ __all__ = ["PretrainConfig", "Pretrainer"]
 
 
 # What a run writes in its output_dir: deleted by --overwrite, so nothing of the old run survives into the new.
-_RUN_FILES = ("checkpoints", METRICS_FILE, "final")
+_RUN_FILES = ("checkpoints", METRICS_FILE, "final", RECORD_FILE)
+# What a checkpoint from before run records was checked on.
+_LEGACY_RESUME_KEYS = ("model", "env_id", "policy", "seed")
 
 
 def _help(text: str) -> dict[str, str]:
@@ -213,7 +215,7 @@ class Pretrainer:
         Run again, it continues from there.
         """
         config = self.config
-        resumed = self._resume()
+        resumed = self.maybe_resume()
         if not resumed:
             for head, offset in enumerate(config.previous_token_offsets):
                 install_previous_token_head(self.model, head=head, offset=offset)
@@ -269,18 +271,27 @@ class Pretrainer:
     def save_checkpoint(self) -> Path:
         state = {"step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(), "rng": capture_rng_state(),
-                 "config": asdict(self.config)}
+                 "config": asdict(self.config), RECORD_KEY: self.run_record.to_dict()}
         return save_checkpoint(self.output_dir, self.step, state, self.model, self.tokenizer,
                                keep=self.config.keep_checkpoints)
 
-    def _resume(self) -> bool:
-        """Continue the run in output_dir if it has a checkpoint of this run; refuse another run's files."""
+    @property
+    def run_record(self) -> RunRecord:
+        """This run's settings, as ``run_config.json`` and every checkpoint hold them (trainers/run_record.py)."""
+        return RunRecord.of("pretrain", self.config)
+
+    def maybe_resume(self) -> bool:
+        """Continue the run in output_dir if it has a checkpoint of this run (same settings, run_record.py);
+        refuse another run's files. Called by `train`; True when a checkpoint was loaded."""
         if self._resumed is not None:
             return self._resumed
         path = None if self.config.overwrite else latest_checkpoint(self.output_dir)
         state = load_checkpoint(path) if path is not None else None
         if state is not None:
-            self._check_resumable(path, state)
+            saved = state.get("config", {})
+            check_resume(path, state, self.run_record,
+                         legacy={key: saved[key] for key in _LEGACY_RESUME_KEYS if key in saved},
+                         total_steps=self.config.total_steps, steps_setting="--drill-steps")
         check_run_dir(self.output_dir, continuing=state is not None, overwrite=self.config.overwrite,
                       fresh_flag="--output-dir")
         if state is None:
@@ -291,22 +302,11 @@ class Pretrainer:
             self.scheduler.load_state_dict(state["scheduler"])
             restore_rng_state(state["rng"])
             self.step = int(state["step"])
+        write_run_record(self.output_dir, self.run_record)  # a run continued from before records gets one now
         self._resumed = state is not None
         return self._resumed
 
-    def _check_resumable(self, path: Path, state: dict[str, Any]) -> None:
-        saved = state.get("config", {})
-        for key in ("model", "env_id", "policy", "seed"):
-            if key in saved and saved[key] != getattr(self.config, key):
-                raise CheckpointError(
-                    f"{path} was saved by a run with {key}={saved[key]!r}, not {getattr(self.config, key)!r}; "
-                    "pass --overwrite to replace that run, or a fresh --output-dir"
-                )
-        if int(state["step"]) > self.config.total_steps:
-            raise CheckpointError(
-                f"{path} is at step {state['step']}, past induction_steps + drill_steps = {self.config.total_steps}; "
-                "raise them to continue it, or start a new run (--overwrite, or a fresh --output-dir)"
-            )
+    _resume = maybe_resume  # its name before 0.2, which scripts may call
 
     def save_final(self) -> Path:
         """The model and tokenizer as a Hugging Face directory: ``output_dir/final``."""

@@ -1,5 +1,7 @@
 """`agent-gym sft`: warm-start a policy on a scripted policy's episodes, with loss on assistant tokens only.
 
+`SFTTrainer` runs it as `Trainer` runs RL: it plays the episodes, fine-tunes (`train_sft`), and keeps the run
+directory (checkpoints, resume, ``run_config.json``, the model, ``sft_summary.json``); the command is a thin wrapper.
 The episodes are tokenized by the rollout collector's own builder (`tokenize_episode`,
 agent_gym/trainers/token_episode.py): the chat-template prompt, then each assistant turn's tokens followed by the
 template's end-of-turn token (`loss_mask = 1`), then the rendered delta of the env's messages (`loss_mask = 0`).
@@ -8,6 +10,7 @@ So the warm-started model sees at RL time the very token layout it was fine-tune
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import warnings
@@ -19,8 +22,13 @@ import torch
 from tqdm.auto import tqdm
 
 from agent_gym.error import InvalidValue
+from agent_gym.models.threads import DEFAULT_TORCH_THREADS
+from agent_gym.trainers.config import ConfigError
 from agent_gym.trainers.lr_schedule import lr_lambda
+from agent_gym.trainers.run_record import RECORD_FILE, RECORD_KEY, RunRecord, check_resume, write_run_record
 from agent_gym.trainers.token_episode import SFTExample
+
+__all__ = ["SFTConfig", "SFTTrainer", "prepare_sft_model", "sft_load_dtype", "train_sft"]
 
 # Drill worlds of `agent-gym sft --drill-tokens`: the SFT env's settings in a small world, all its questions.
 SFT_DRILL_WORLD = {"num_pages": 300, "split": "all", "num_questions": 40}
@@ -28,8 +36,43 @@ SFT_DRILL_WORLD = {"num_pages": 300, "split": "all", "num_questions": 40}
 
 @dataclass
 class SFTConfig:
-    """Supervised warm-start settings (defaults sized for the `tiny` preset on CPU); `agent-gym sft`'s flags."""
+    """Everything `SFTTrainer` (and `agent-gym sft`, one flag per field) needs: what to imitate, where the run goes,
+    and how it trains. Defaults are sized for the `tiny` preset on CPU.
 
+    `train_sft` reads only the training fields (``epochs`` on), so ``SFTConfig(epochs=2, lr=1e-3)`` suits it alone.
+    """
+
+    # --- what to imitate, and where the run goes ---
+    env: str = field(default="", metadata={"help": "Gymnasium id of the env (e.g. AgentR1-SynthHop-v0)",
+                                           "required": True})
+    env_kwargs: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "keyword arguments for the env as one JSON object, e.g. '{\"hops\": 3}'"})
+    policy: str = field(default="naive-rag", metadata={"help": "scripted policy name (agent_gym.policies)"})
+    policy_kwargs: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "options of the scripted policy as one JSON object (--policy-kwarg KEY=VALUE sets one)"})
+    model: str = field(default="", metadata={"help": "model directory to start from (agent-gym model init)",
+                                             "required": True})
+    # --output-dir, as `train` names it; --out, this command's earlier name, still works
+    output_dir: str = field(default="", metadata={"help": "where to save the fine-tuned model (--out: the old name)",
+                                                  "required": True, "aliases": ("--out",)})
+    overwrite: bool = field(default=False, metadata={
+        "help": "start a new run in OUTPUT_DIR even if it holds one, deleting the old run's model, checkpoints and "
+                "summary first (without it, a non-empty OUTPUT_DIR with no checkpoint to continue is refused)"})
+    episodes: int = field(default=256, metadata={"help": "scripted episodes to imitate"})
+    task_offset: int = field(default=0, metadata={"help": "first task index to play"})
+    min_reward: float | None = field(default=None, metadata={"help": "keep only episodes with reward >= this"})
+    torch_threads: int = field(default=DEFAULT_TORCH_THREADS, metadata={
+        "help": "torch.set_num_threads; 0: torch's own, one per core (agent_gym/models/threads.py has the "
+                "measurements behind the default)"})
+    drill_env_kwargs: dict[str, Any] | None = field(default=None, metadata={
+        "help": f"overrides of the env kwargs for drill envs (none: {SFT_DRILL_WORLD})"})
+    drill_fresh_kwarg: str = field(default="fresh_world", metadata={
+        "help": "env kwarg given a new value for every step's drills (never-seen names; SynthHop's fresh_world)"})
+    # 1,000,000 on: other worlds than pretraining's drills (fresh_world 0 on), as before the option existed
+    drill_fresh_start: int = field(default=1_000_000, metadata={"help": "first value of it"})
+    show_progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    # --- how it trains ---
     epochs: int = field(default=3, metadata={"help": "passes over the episodes"})
     lr: float = field(default=1e-3, metadata={
         "help": "AdamW learning rate (from-scratch tiny models need a large one; ~1e-5 suits pretrained models)"})
@@ -60,6 +103,15 @@ class SFTConfig:
                 "`agent-gym train --adapter OUT` continues them"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (scale alpha/rank)"})
 
+    def validate(self) -> None:
+        """Raise `ConfigError` naming the first invalid field; `SFTTrainer` calls it."""
+        for name in ("env", "model", "output_dir"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name} is required (--{name.replace('_', '-')})")
+        for name in ("episodes", "epochs", "batch_size", "max_length", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+
 
 def _epoch_order(size: int, seed: int, epoch: int) -> list[int]:
     """The example order of one epoch: a function of (seed, epoch), so a resumed run sees the same batches."""
@@ -68,24 +120,13 @@ def _epoch_order(size: int, seed: int, epoch: int) -> list[int]:
     return order
 
 
-# Settings that decide a run's batches and updates: a checkpoint is continued only by a run with the same.
-_RUN_KEYS = ("epochs", "lr", "batch_size", "max_length", "seed", "lora_rank", "lora_alpha", "drill_tokens",
-             "drill_weight")
+# What checkpoints from before run records were checked on (saved as their "run"; still written, for that code).
+_LEGACY_RUN_KEYS = ("epochs", "lr", "batch_size", "max_length", "seed", "lora_rank", "lora_alpha", "drill_tokens",
+                    "drill_weight")
 
 
-def _run_identity(config: SFTConfig, examples: int) -> dict[str, Any]:
-    return {**{key: getattr(config, key) for key in _RUN_KEYS if hasattr(config, key)}, "examples": examples}
-
-
-def _check_same_run(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
-    from agent_gym.trainers.checkpoint import CheckpointError
-
-    for key, value in saved.items():
-        if key in current and current[key] != value:
-            raise CheckpointError(
-                f"{path} was saved by an sft run with {key}={value!r}, not {current[key]!r}; continuing it with "
-                "these settings would mix two runs: pass --overwrite to replace it, or a fresh --output-dir"
-            )
+def _legacy_identity(config: SFTConfig, examples: int) -> dict[str, Any]:
+    return {**{key: getattr(config, key) for key in _LEGACY_RUN_KEYS}, "examples": examples}
 
 
 def train_sft(
@@ -147,11 +188,13 @@ def train_sft(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     step = 0
     losses: list[float] = []
-    run = _run_identity(config, len(rows))
+    # the run's settings: every field and the number of examples (run_record.py)
+    record = RunRecord.of("sft", config, examples=len(rows))
     checkpoint = latest_checkpoint(output_dir) if output_dir is not None else None
     if checkpoint is not None:
         state = load_checkpoint(checkpoint)
-        _check_same_run(checkpoint, state.get("run", {}), run)
+        check_resume(checkpoint, state, record, legacy=state.get("run", {}), total_steps=steps,
+                     steps_setting="--epochs")
         load_trainable_state_dict(model, state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["scheduler"])
@@ -159,12 +202,15 @@ def train_sft(
         losses = list(state.get("losses", []))  # checkpoints before 0.1 kept none: the history starts here
         if show_progress:
             tqdm.write(f"resumed from step {step} ({checkpoint})")
+    if output_dir is not None:
+        write_run_record(output_dir, record)  # a run continued from before records gets one now
     model.train()
     progress = tqdm(total=steps, initial=step, desc="sft", unit="step", disable=not show_progress)
 
     def save() -> Path:
         state = {"step": step, "model": trainable_state_dict(model), "optimizer": optimizer.state_dict(),
-                 "scheduler": schedule.state_dict(), "run": run, "losses": losses}
+                 "scheduler": schedule.state_dict(), "run": _legacy_identity(config, len(rows)), "losses": losses,
+                 RECORD_KEY: record.to_dict()}
         return save_checkpoint(output_dir, step, state, keep=config.keep_checkpoints)
 
     with StopOnSignal() as stop:
@@ -236,6 +282,128 @@ def sft_load_dtype(config: SFTConfig) -> torch.dtype:
 
 # What a run writes in --output-dir (the files of save_pretrained, LoRA's included): --overwrite deletes them, so an
 # old run's weights or adapter never sit beside the new run's.
-RUN_FILES = ("checkpoints", "sft_summary.json", "config.json", "generation_config.json", "*.safetensors",
+RUN_FILES = ("checkpoints", "sft_summary.json", RECORD_FILE, "config.json", "generation_config.json", "*.safetensors",
               "*.safetensors.index.json", "pytorch_model*.bin", "adapter_config.json", "tokenizer*",
               "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja")
+
+
+SUMMARY_FILE = "sft_summary.json"
+
+
+class SFTTrainer:
+    """Supervised warm start of a policy on a scripted policy's episodes, run as `Trainer` runs RL.
+
+    Example::
+
+        from agent_gym.warmstart.sft import SFTConfig, SFTTrainer
+
+        config = SFTConfig(env="AgentR1-SynthHop-v0", policy="oracle", model="models/tiny",
+                           output_dir="runs/warm", episodes=64, epochs=1)
+        summary = SFTTrainer(config).train()  # {"episodes": 64, "steps": 4, "first_loss": ..., "final_loss": ...}
+
+    ``train`` plays ``config.episodes`` episodes of ``config.policy`` (keeping those with ``min_reward``),
+    tokenizes them as the rollout collector does, fine-tunes (`train_sft`, with drills when ``drill_tokens``), and
+    saves the model (LoRA: its adapter), ``run_config.json`` and ``sft_summary.json`` in ``output_dir``. A run
+    directory with a checkpoint of the same settings is continued (run_record.py); any other non-empty one is
+    refused unless ``overwrite``.
+
+    Args:
+        config: the run's settings.
+        model, tokenizer: the model to fine-tune (with ``config.lora_rank``: the base, adapters are added here);
+            loaded from ``config.model`` when omitted.
+        examples: tokenized episodes to imitate instead of the policy's (``episodes`` and ``min_reward`` then
+            play no part).
+    """
+
+    def __init__(self, config: SFTConfig, model: torch.nn.Module | None = None, tokenizer: Any = None,
+                 examples: list[SFTExample] | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.output_dir = Path(config.output_dir)
+        if config.torch_threads > 0:
+            torch.set_num_threads(config.torch_threads)
+        self.model, self.tokenizer = model, tokenizer
+        self.examples = examples
+        self.episodes: list[Any] = []  # the played episodes (EpisodeRecord), once `train` has played them
+        self.losses: list[float] = []
+
+    def claim_run_dir(self) -> Path | None:
+        """The checkpoint to continue (None: a new run); refuses a non-empty ``output_dir`` that has none to continue
+        (or is a file) unless ``overwrite``. Cheap: `train` calls it before playing any episode."""
+        from agent_gym.trainers.checkpoint import latest_checkpoint
+        from agent_gym.trainers.run_dir import check_run_dir
+
+        config = self.config
+        resume_from = None if config.overwrite else latest_checkpoint(self.output_dir)
+        check_run_dir(self.output_dir, continuing=resume_from is not None, overwrite=config.overwrite,
+                      fresh_flag="--output-dir")
+        return resume_from
+
+    def play_episodes(self) -> list[Any]:
+        """``config.episodes`` episodes of the scripted policy on tasks ``task_offset`` on, those with a reward of at
+        least ``min_reward`` kept."""
+        from agent_gym.evaluation import iter_episodes
+        from agent_gym.make import make_env
+        from agent_gym.policies import make_policy
+
+        config = self.config
+        policy = make_policy(config.policy, seed=config.seed, **config.policy_kwargs)
+        env = make_env(config.env, config.env_kwargs)
+        try:
+            episodes = list(iter_episodes(env, policy, config.episodes, seed=config.seed,
+                                          task_offset=config.task_offset, keep_messages=True,
+                                          progress=config.show_progress, description="scripted episodes"))
+        finally:
+            env.close()
+        if config.min_reward is not None:
+            episodes = [episode for episode in episodes if episode.reward >= config.min_reward]
+        return episodes
+
+    def _drills(self) -> Any:
+        """The drill source of ``drill_tokens``: the teacher's own episodes on small worlds made fresh every step (the
+        same behaviour, never-seen names), in the env's own questions."""
+        from agent_gym.warmstart.copy_drills import DrillSource
+
+        config = self.config
+        drill_kwargs = {**config.env_kwargs, **SFT_DRILL_WORLD, **(config.drill_env_kwargs or {})}
+        return DrillSource(self.tokenizer, config.env, drill_kwargs, config.drill_fresh_kwarg, config.drill_fresh_start,
+                           policy=config.policy, seed=config.seed, policy_options=config.policy_kwargs)
+
+    def train(self) -> dict[str, Any]:
+        """Play, fine-tune, save; returns the summary also written to ``output_dir/sft_summary.json``.
+
+        SIGINT or SIGTERM stops the run once the step under way is done, saves a checkpoint and raises
+        :class:`~agent_gym.trainers.stop_signals.TrainingInterrupted`; the same call continues it.
+        """
+        from agent_gym.models.saving import save_model
+        from agent_gym.trainers.run_dir import clear_run_dir
+        from agent_gym.trainers.token_episode import tokenize_episode
+
+        config = self.config
+        resume_from = self.claim_run_dir()  # before the episodes are played: fail in seconds, not minutes
+        examples = self.examples
+        if examples is None:
+            self.episodes = self.play_episodes()
+        if self.model is None or self.tokenizer is None:
+            from agent_gym.models.model_init import load_model_and_tokenizer
+
+            self.model, self.tokenizer = load_model_and_tokenizer(config.model, dtype=sft_load_dtype(config))
+        self.model = prepare_sft_model(self.model, config)
+        if examples is None:
+            examples = [tokenize_episode(self.tokenizer, episode.messages) for episode in self.episodes]
+        drills = self._drills() if config.drill_tokens > 0 else None
+        if resume_from is None:
+            clear_run_dir(self.output_dir, RUN_FILES)  # only now: config.model may be this very directory
+        self.losses = train_sft(self.model, self.tokenizer, examples, config, output_dir=self.output_dir,
+                                drills=drills, show_progress=config.show_progress)
+        save_model(self.model, self.tokenizer, self.output_dir)  # weights as readable as their config
+        rewards = [episode.reward for episode in self.episodes]
+        summary: dict[str, Any] = {
+            "episodes": len(self.episodes) if self.examples is None else len(examples),
+            "policy_mean_reward": sum(rewards) / max(1, len(rewards)) if self.examples is None else None,
+            "steps": len(self.losses),
+            "first_loss": self.losses[0],
+            "final_loss": self.losses[-1],
+        }
+        (self.output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        return summary
