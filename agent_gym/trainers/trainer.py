@@ -49,7 +49,6 @@ from agent_gym.trainers.algorithms import (
 from agent_gym.trainers.backends import GenerationBackend, make_backend
 from agent_gym.trainers.batch import Advantages, ScoredBatch, TokenBatch, UpdateBatch
 from agent_gym.trainers.checkpoint import (
-    CheckpointError,
     capture_rng_state,
     latest_checkpoint,
     load_checkpoint,
@@ -82,6 +81,7 @@ from agent_gym.trainers.metrics import MetricsLogger, episode_metrics
 from agent_gym.trainers.packed_forward import packed_logprobs
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 from agent_gym.trainers.run_dir import check_run_dir, clear_run_dir
+from agent_gym.trainers.run_record import RECORD_FILE, RECORD_KEY, RunRecord, check_resume, write_run_record
 from agent_gym.trainers.stop_signals import StopOnSignal, StopRequested, TrainingInterrupted
 from agent_gym.trainers.task_sampler import TaskSampler
 from agent_gym.trainers.trajectory import Trajectory, collate
@@ -90,7 +90,9 @@ __all__ = ["TaskSampler", "Trainer", "TrainingInterrupted", "ValueModel"]
 
 StepCallback = Callable[["Trainer", dict[str, float]], None]
 # What a run writes in its output_dir: deleted by --overwrite, so nothing of the old run survives into the new.
-_RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "final")
+_RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "final", RECORD_FILE)
+# What a checkpoint from before run records was checked on (each shapes what the checkpoint holds).
+_LEGACY_RESUME_KEYS = ("model", "algo", "env_id", "lora_rank", "critic")
 
 
 def _seed_everything(seed: int) -> None:
@@ -476,9 +478,7 @@ class Trainer:
         # Micro-batch losses divide by the whole mini-batch's count, so their gradients sum to its gradient.
         normalizer = aggregation_normalizer(loss_tokens, agg)
         value_normalizer = aggregation_normalizer(mini.targets.advantage_mask, agg)
-        loss_token_count = float(loss_tokens.sum().clamp(min=1.0))
-        model_token_count = float(mini.tokens.loss_mask.sum().clamp(min=1.0))
-        sums: dict[str, float] = defaultdict(float)
+        stats = m.UpdateStats(loss_tokens, mini.tokens.loss_mask)
         self.optimizer.zero_grad(set_to_none=True)
         if self.critic_optimizer is not None:
             self.critic_optimizer.zero_grad(set_to_none=True)
@@ -499,7 +499,6 @@ class Trainer:
             assert entropy is not None
             old_logprobs = scored.old_logprobs if scored.old_logprobs is not None else logprobs.detach()
             zero = logprobs.new_zeros(())
-            sums[m.UPDATE_TOKENS] += computed
 
             # PPO Eq. 7 on the masked tokens (Agent-R1's action mask); losses.py holds the equations.
             pg = policy_loss(
@@ -534,22 +533,10 @@ class Trainer:
             loss = pg.loss - config.entropy_coef * entropy_loss + config.kl_coef * kl_loss + v_loss
             loss.backward()
 
-            share = float(mask.sum()) / loss_token_count  # this micro-batch's weight in token-averaged stats
-            model_tokens = tokens.loss_mask.float()
-            sums[m.POLICY_LOSS] += float(pg.loss.detach())
-            sums[m.CLIPFRAC] += share * float(pg.clipfrac)
-            sums[m.APPROX_KL] += share * float(pg.approx_kl)
-            sums[m.DUAL_CLIPFRAC] += share * float(pg.dual_clipfrac)
-            # Over model tokens whatever the loss mask, so runs with it on and off stay comparable.
-            sums[m.ENTROPY] += float((entropy.detach() * model_tokens).sum()) / model_token_count
-            sums[m.SAMPLER_LOGPROB_DIFF] += float(
-                ((old_logprobs - tokens.sampling_logprobs).abs() * model_tokens).sum() / model_token_count
-            )
-            if kl is not None:
-                sums[m.KL_REF] += share * float(masked_mean(kl.detach(), mask))
-            if values is not None:
-                sums[m.VALUE_LOSS] += float(v_loss.detach())
-                sums[m.VALUE_CLIPFRAC] += share * float(v_clipfrac)
+            stats.add(loss_tokens=mask, model_tokens=tokens.loss_mask, policy=pg, entropy=entropy,
+                      old_logprobs=old_logprobs, sampling_logprobs=tokens.sampling_logprobs, tokens_computed=computed,
+                      kl=kl, value_loss=v_loss if values is not None else None,
+                      value_clipfrac=v_clipfrac if values is not None else None)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.requires_grad], config.max_grad_norm
         )
@@ -559,8 +546,7 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.critic.parameters(), config.max_grad_norm)
             self.critic_optimizer.step()
             self.critic_scheduler.step()
-        sums[m.GRAD_NORM] = float(grad_norm)
-        return dict(sums)
+        return stats.result(grad_norm)
 
     # ------------------------------------------------------------------------------------------ loop
 
@@ -741,6 +727,7 @@ class Trainer:
             "sampler": self.sampler.state_dict(),
             "rng": capture_rng_state(),
             "config": self.config.to_dict(),
+            RECORD_KEY: self.run_record.to_dict(),
         }
         if (
             self.critic is not None
@@ -804,6 +791,7 @@ class Trainer:
                       hint=", --resume auto to continue it" if latest is not None and not continuing else "")
         if not continuing:
             clear_run_dir(self.output_dir, _RUN_FILES)
+        write_run_record(self.output_dir, self.run_record)  # a run continued from before records gets one now
         # a new run's first record is the starting point's eval
         self._unlogged_metrics = {} if self.config.eval_every and self.step == 0 else None
         if state is not None:
@@ -815,21 +803,16 @@ class Trainer:
         self._run_dir_claimed = True
         return self.resumed_from
 
+    @property
+    def run_record(self) -> RunRecord:
+        """This run's settings, as ``run_config.json`` and every checkpoint hold them (run_record.py)."""
+        return RunRecord.of("train", self.config)
+
     def _check_resumable(self, path: Path, state: dict[str, Any]) -> None:
+        """The shared resume check (run_record.py): same settings, and a step within ``total_steps``."""
         saved = state.get("config", {})
-        for key in ("model", "algo", "env_id", "lora_rank", "critic"):  # each shapes what the checkpoint holds
-            if key in saved and saved[key] != getattr(self.config, key):
-                current = getattr(self.config, key)
-                raise CheckpointError(
-                    f"{path} was saved by a run with {key}={saved[key]!r}, not {current!r}; "
-                    "pass --resume never --overwrite to replace that run, or a fresh --output-dir"
-                )
-        step = int(state["step"])
-        if step > self.config.total_steps:
-            raise CheckpointError(
-                f"{path} is at step {step}, past total_steps={self.config.total_steps}; raise --total-steps to "
-                "continue it, or start a new run (--resume never --overwrite, or a fresh --output-dir)"
-            )
+        check_resume(path, state, self.run_record, legacy={k: saved[k] for k in _LEGACY_RESUME_KEYS if k in saved},
+                     total_steps=self.config.total_steps, steps_setting="--total-steps")
 
     def save_final(self) -> Path:
         """The trained policy (LoRA: its adapter) and tokenizer as a HF directory: ``output_dir/final``; PPO's
