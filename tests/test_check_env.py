@@ -29,8 +29,8 @@ TEST_KWARGS: dict[str, dict[str, Any]] = {
 ENV_IDS = sorted(set(agent_gym.registered_envs()) - {agent_gym.REMOTE_ENV_ID})
 
 
-def make_for_test(env_id: str) -> gym.Env:
-    kwargs = TEST_KWARGS.get(env_id, {})
+def make_for_test(env_id: str, **overrides: Any) -> gym.Env:
+    kwargs = {**TEST_KWARGS.get(env_id, {}), **overrides}
     missing = [str(value) for value in kwargs.values() if isinstance(value, Path) and not value.exists()]
     if missing:
         pytest.skip(f"{env_id} needs the data sample {missing[0]} (see ../shared/data/README.md)")
@@ -124,12 +124,8 @@ def test_the_paid_reward_terms_sum_to_every_steps_reward(env_id: str) -> None:
     """A scripted episode under the dense spec (a tool call that earns process reward, a malformed turn that pays
     the format penalty, the gold answer that pays the outcome), then one cut by ``truncate()``: each step's
     ``reward_terms`` sum to its reward, and its scores (em, format...) are never among them."""
-    env = make_for_test(env_id)
-    env.close()
-    settings = {**TEST_KWARGS.get(env_id, {}), "reward": "dense"}
-    if env_id == "AgentR1-HumanEval-v0":
-        settings["limit"] = 1
-    tool_env = gym.make(env_id, **settings).unwrapped
+    small = {"limit": 1} if env_id == "AgentR1-HumanEval-v0" else {}
+    tool_env = make_for_test(env_id, reward="dense", **small).unwrapped
     steps = []
     _, info = tool_env.reset(seed=0)
     assert sum(info[REWARD_TERMS].values()) == 0.0
