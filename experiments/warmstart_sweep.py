@@ -79,6 +79,23 @@ def choose_warm_start(evals: Mapping[int, Mapping[str, Any]]) -> tuple[int, dict
     return min(share for share, score in scores.items() if score == best), scores
 
 
+def choice_is_final(evals: Mapping[int, Mapping[str, Any]]) -> bool:
+    """Whether the rule's choice can no longer change: every share has both pass@8 measures, or is ruled out by
+    the one it has (a share's score is at most either of its informative shares; ties go to the smaller share)."""
+    try:
+        chosen, scores = choose_warm_start(evals)
+    except ValueError:
+        return False
+    for share in SHARES:
+        if share in scores:
+            continue
+        measured = [evals.get(share, {}).get(key, {}).get("informative") for key in ("pass8_1hop", "pass8_2hop")]
+        bound = min((value for value in measured if value is not None), default=None)
+        if bound is None or bound > scores[chosen] or (bound == scores[chosen] and share < chosen):
+            return False
+    return True
+
+
 CHECKPOINTS = ROOT / "experiments" / "checkpoints"
 RESULTS = ROOT / "docs" / "results" / "warmstart_sweep.json"
 
@@ -274,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if share not in evals and path.is_file():
             evals[share] = json.loads(path.read_text())
     chosen = None
-    if len([e for e in evals.values() if "pass8_2hop" in e]) == len(SHARES):
+    if choice_is_final(evals):
         chosen, scores = choose_warm_start(evals)
         (out / "chosen.json").write_text(json.dumps({"chosen": chosen, "scores": scores}, indent=2))
     print(table(evals, chosen), flush=True)

@@ -42,6 +42,16 @@ def test_choose_warm_start_breaks_ties_toward_fewer_two_hop_demos_and_skips_unfi
         sweep.choose_warm_start({100: {"pass8_1hop": {"informative": 0.9}}})
 
 
+def test_the_choice_is_final_once_every_unfinished_share_is_ruled_out_by_the_measure_it_has() -> None:
+    done = {5: _pass8(0.67, 0.0), 25: _pass8(0.78, 0.08), 50: _pass8(0.80, 0.23), 75: _pass8(0.80, 0.61)}
+    assert not sweep.choice_is_final(done)  # 100 % not measured at all
+    assert sweep.choice_is_final({**done, 100: {"pass8_1hop": {"informative": 0.50}}})  # at most 0.50 < 0.61
+    assert not sweep.choice_is_final({**done, 100: {"pass8_1hop": {"informative": 0.70}}})  # could still win
+    assert sweep.choice_is_final({**done, 100: {"pass8_1hop": {"informative": 0.61}}})  # a tie goes to 75 %
+    assert sweep.choice_is_final({**done, 100: _pass8(0.9, 0.9)})
+    assert not sweep.choice_is_final({})
+
+
 def test_every_share_cycles_its_hop_list_to_the_named_share_of_two_hop_questions() -> None:
     for share, hops in sweep.SHARES.items():
         assert 100 * hops.count(2) / len(hops) == share
