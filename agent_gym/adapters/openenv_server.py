@@ -29,7 +29,7 @@ head, the oldest is closed, so a flood of idle sockets cannot use up the process
 server binds to 127.0.0.1 by default.
 """
 
-# No `from __future__ import annotations`: FastAPI resolves the request models defined in create_env_app.
+# No `from __future__ import annotations`: FastAPI resolves the route signatures defined in _routes.
 import asyncio
 import json
 import logging
@@ -37,6 +37,7 @@ import math
 import reprlib
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -47,7 +48,7 @@ from agent_gym.retrieval_index.http_body_limit import BodySizeLimit
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["create_env_app", "env_server_config", "jsonable"]
+__all__ = ["EnvServeConfig", "EnvService", "answer_message", "create_env_app", "env_server_config", "jsonable"]
 
 DEFAULT_MAX_SESSIONS = 16
 DEFAULT_IDLE_TIMEOUT_S = 300.0
@@ -55,6 +56,25 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 64 * 1024  # a reset body is a seed and a few options
 DEFAULT_REQUEST_TIMEOUT_S = 30.0  # the longest a request head, or a request body, may take to arrive
 MAX_IDLE_CONNECTIONS = 256  # the default cap on connections waiting for a request head, on a generous fd limit
+
+
+@dataclass(kw_only=True)
+class EnvServeConfig:
+    """How ``agent-gym env serve`` serves an env (its flags come from these fields, beside the env kwargs):
+    ``create_env_app(factory, name=config.env_id, max_sessions=config.max_sessions,
+    idle_timeout_s=config.idle_timeout, max_message_bytes=config.max_message_bytes)`` on ``config.host:port``."""
+
+    env_id: str = field(metadata={"positional": True, "help": "environment id, e.g. AgentR1-SynthHop-v0"})
+    host: str = field(default="127.0.0.1", metadata={
+        "help": "address to bind (default: loopback only; 0.0.0.0 exposes every env to the network)"})
+    port: int = field(default=8001, metadata={"help": "TCP port, 0 for any free one (default: 8001)"})
+    max_sessions: int = field(default=DEFAULT_MAX_SESSIONS, metadata={
+        "help": "live WebSocket sessions (each holds its own env); more are refused"})
+    idle_timeout: float = field(default=DEFAULT_IDLE_TIMEOUT_S, metadata={
+        "help": "seconds a session may stay silent before it and its env are closed"})
+    max_message_bytes: int = field(default=DEFAULT_MAX_MESSAGE_BYTES, metadata={
+        "help": "largest WebSocket message accepted (RemoteEnv cuts a longer turn, which the env then refuses as "
+                "over its action limit)"})
 
 _short = reprlib.Repr()  # bounded depth and length: a value echoed in an error cannot recurse or flood
 _short.maxstring = _short.maxother = 80
@@ -236,6 +256,239 @@ class _Session:
                 "task_id": self.last_info.get(TASK_ID), "turn": self.last_info.get(TURN)}
 
 
+class _SessionTable:
+    """The live WebSocket sessions, at most ``max_sessions``; a seat is reserved before its env is built."""
+
+    def __init__(self, max_sessions: int) -> None:
+        self.max_sessions = max_sessions
+        self._lock = threading.Lock()
+        self._sessions: dict[int, _Session | None] = {}
+        self._counter = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def reserve(self) -> int | None:
+        """A new session id, or None when ``max_sessions`` sessions are live."""
+        with self._lock:
+            if len(self._sessions) >= self.max_sessions:
+                return None
+            self._counter += 1
+            self._sessions[self._counter] = None  # reserved while the env is built
+            return self._counter
+
+    def attach(self, session_id: int, session: _Session) -> None:
+        self._sessions[session_id] = session
+
+    def release(self, session_id: int) -> None:
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
+
+def answer_message(session: _Session, text: str | None) -> dict[str, Any] | None:
+    """The answer to one WebSocket message (``text``: its text frame; None for a binary frame), or None for
+    ``close``. A malformed message or a refused action raises ``_Error``, which the session sends back and goes
+    on; an env's own failure propagates and ends the session."""
+    if text is None:
+        raise _Error("INVALID_JSON", "a binary frame: send each message as JSON in a text frame")
+    message = _parse_json(text)
+    kind = message.get("type") if isinstance(message, dict) else None
+    data = message.get("data", {}) if isinstance(message, dict) else {}
+    if kind == "close":
+        return None
+    if not isinstance(data, dict):
+        raise _Error("VALIDATION_ERROR", "\"data\" must be a JSON object")
+    if kind == "reset":
+        return {"type": "observation", "data": session.reset(data)}
+    if kind == "step":
+        return {"type": "observation", "data": session.step(data)}
+    if kind == "truncate":
+        return {"type": "observation", "data": session.truncate()}
+    if kind == "state":
+        return {"type": "state", "data": session.state()}
+    raise _Error("UNKNOWN_TYPE", f"unknown message type {kind!r}; send reset, step, state or close")
+
+
+class EnvService:
+    """The env server without HTTP: its settings, its sessions and one method per HTTP route, each returning
+    ``(status, payload)``. :func:`create_env_app` routes requests (and WebSocket messages, through
+    :func:`answer_message`) to it; tests call it directly.
+
+    Building one makes and closes one env, so a factory that fails does so at start, not in the first session.
+    """
+
+    def __init__(self, env_factory: Callable[[], gym.Env], *, name: str = "agent-gym env", description: str = "",
+                 max_sessions: int = DEFAULT_MAX_SESSIONS, idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+                 max_idle_connections: int | None = None) -> None:
+        if max_idle_connections is None:
+            max_idle_connections = _default_max_idle_connections()
+        if max_sessions < 1:
+            raise InvalidValue(f"max_sessions must be at least 1, got {max_sessions}")
+        if not idle_timeout_s > 0 or not request_timeout_s > 0:
+            raise InvalidValue(f"idle_timeout_s ({idle_timeout_s}) and request_timeout_s ({request_timeout_s}) must "
+                               "be positive")
+        if max_message_bytes < 1024 or max_body_bytes < 1024 or max_idle_connections < 1:
+            raise InvalidValue(f"need max_message_bytes ({max_message_bytes}) and max_body_bytes ({max_body_bytes}) "
+                               f">= 1024, and max_idle_connections ({max_idle_connections}) >= 1")
+        self.env_factory, self.name, self.description = env_factory, name, description
+        self.idle_timeout_s = idle_timeout_s
+        self.limits: dict[str, Any] = {"max_message_bytes": max_message_bytes, "max_body_bytes": max_body_bytes,
+                                       "request_timeout_s": request_timeout_s,
+                                       "max_idle_connections": max_idle_connections}
+        self.sessions = _SessionTable(max_sessions)
+        probe = env_factory()  # fail at start, not in the first session, and read the spaces
+        self.action_length = _space_length(probe.action_space)
+        self.observation_length = _space_length(probe.observation_space)
+        probe.close()
+
+    @property
+    def max_sessions(self) -> int:
+        return self.sessions.max_sessions
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "healthy", "active_sessions": len(self.sessions), "max_sessions": self.max_sessions}
+
+    def metadata(self) -> dict[str, Any]:
+        import agent_gym
+
+        return {"name": self.name, "description": self.description, "version": agent_gym.__version__,
+                "action_max_length": self.action_length, "observation_max_length": self.observation_length,
+                "idle_timeout_s": self.idle_timeout_s, "max_sessions": self.max_sessions, **self.limits}
+
+    def schema(self) -> dict[str, Any]:
+        length = self.action_length
+        text = {"type": "string", **({"maxLength": length} if length is not None else {})}
+        return {
+            "action": {"type": "object", "properties": {"text": text, "metadata": {"type": "object"}},
+                       "required": ["text"], "additionalProperties": False},
+            "observation": {"type": "object", "properties": {
+                "text": {"type": "string"}, "info": {"type": "object"}, "terminated": {"type": "boolean"},
+                "truncated": {"type": "boolean"}}},
+            "state": {"type": "object", "properties": {
+                "episode_id": {"type": ["string", "null"]}, "step_count": {"type": "integer"},
+                "task_id": {"type": ["string", "null"]}, "turn": {"type": ["integer", "null"]}}},
+        }
+
+    def reset(self, raw: bytes) -> tuple[int, dict[str, Any]]:
+        """Stateless ``POST /reset``: a fresh env, reset with the body's seed and options, and closed."""
+        try:
+            body = _parse_json(raw) if raw.strip() else {}
+        except _Error as problem:
+            return 422, {"error": f"the body is not JSON ({problem.message}); send {{\"seed\": int, \"options\": "
+                                  "{...}} or nothing"}
+        if not isinstance(body, dict):
+            return 422, {"error": "the body must be a JSON object such as {\"seed\": 0}"}
+        env = self.env_factory()
+        try:
+            return 200, _Session(env, -1).reset(body)
+        except _Error as problem:
+            return (422 if problem.code == "VALIDATION_ERROR" else 400), {"error": problem.message}
+        finally:
+            env.close()
+
+    @staticmethod
+    def step() -> tuple[int, dict[str, Any]]:
+        """``POST /step``: refused, since a step needs a session."""
+        return 409, {"error": "POST /step has no session in the OpenEnv protocol: open a WebSocket at /ws, send "
+                              "{\"type\": \"reset\"}, then {\"type\": \"step\", \"data\": {\"text\": ...}}"}
+
+
+async def _send_error(websocket: Any, code: str, message: str) -> None:
+    await websocket.send_text(json.dumps({"type": "error", "data": {"message": message, "code": code}}))
+
+
+async def _run_session(service: EnvService, websocket: Any) -> None:
+    """One WebSocket session: a seat in the table, its own env, its messages answered until close, idle timeout or
+    disconnect; the env is closed however it ends."""
+    from fastapi import WebSocketDisconnect
+
+    await websocket.accept()
+    session_id = service.sessions.reserve()
+    if session_id is None:
+        await _send_error(websocket, "CAPACITY_REACHED", f"the server holds {service.max_sessions} sessions "
+                                                         "(--max-sessions); retry later")
+        await websocket.close(code=1013, reason="CAPACITY_REACHED: too many sessions")  # 1013: try again later
+        return
+    current: _Session | None = None
+    close_reason = ""
+    try:
+        current = _Session(await asyncio.to_thread(service.env_factory), session_id)
+        service.sessions.attach(session_id, current)
+        while True:
+            try:
+                received = await asyncio.wait_for(websocket.receive(), timeout=service.idle_timeout_s)
+            except TimeoutError:
+                await _send_error(websocket, "IDLE_TIMEOUT", f"no message for {service.idle_timeout_s:g} s; the "
+                                                             "session and its env are closed")
+                close_reason = "IDLE_TIMEOUT: session closed"
+                break
+            if received["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(received.get("code", 1000))
+            try:  # in a worker thread, so other sessions go on while this env steps
+                answer = await asyncio.to_thread(answer_message, current, received.get("text"))
+            except _Error as problem:
+                await _send_error(websocket, problem.code, problem.message)
+                continue
+            if answer is None:  # close
+                break
+            await websocket.send_text(_dumps(answer))
+    except WebSocketDisconnect:
+        pass
+    except Exception as problem:  # noqa: BLE001 - an env that breaks its contract ends its session only
+        logger.exception("env server: session %s failed", session_id)
+        try:
+            await _send_error(websocket, "SESSION_ERROR", f"{type(problem).__name__}: {problem}")
+        except Exception:  # noqa: BLE001 - the client may be gone already
+            pass
+    finally:
+        service.sessions.release(session_id)
+        if current is not None:
+            await asyncio.to_thread(current.env.close)
+        try:
+            await websocket.close(reason=close_reason)
+        except (RuntimeError, WebSocketDisconnect):  # already closed
+            pass
+
+
+def _routes(app: Any, service: EnvService) -> None:
+    """The HTTP routes, the WebSocket route and the error handlers of ``app``, each a thin call of ``service``."""
+    from fastapi import Request, WebSocket
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+
+    def answer(status: int, payload: dict[str, Any]) -> Any:
+        return JSONResponse(payload, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Any:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: "
+                             f"{e.get('msg', 'invalid')}" for e in exc.errors())
+        return answer(422, {"error": f"invalid request ({problems}); reset takes {{\"seed\": int, \"options\": "
+                                     "{...}}"})
+
+    @app.exception_handler(Exception)
+    async def _failed(request: Request, exc: Exception) -> Any:  # a JSON answer even for a server bug
+        return answer(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
+
+    app.get("/health")(service.health)
+    app.get("/metadata")(service.metadata)
+    app.get("/schema")(service.schema)
+
+    @app.post("/reset")
+    async def reset(request: Request) -> Any:
+        return answer(*await asyncio.to_thread(service.reset, await request.body()))
+
+    @app.post("/step")
+    def step() -> Any:
+        return answer(*service.step())
+
+    @app.websocket("/ws")
+    async def session(websocket: WebSocket) -> None:
+        await _run_session(service, websocket)
+
+
 def create_env_app(
     env_factory: Callable[[], gym.Env],
     *,
@@ -252,175 +505,19 @@ def create_env_app(
 
     The HTTP body limit is the app's own; the other limits hold when it runs under :func:`env_server_config`.
     ``max_idle_connections`` defaults to a quarter of the process's file-descriptor limit, at most 256.
+    The app's parts: an :class:`EnvService` (``app.state.service``) answers, ``_routes`` routes to it, and
+    ``BodySizeLimit`` refuses large or slow bodies.
     """
-    if max_idle_connections is None:
-        max_idle_connections = _default_max_idle_connections()
-    from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi import FastAPI
 
-    if max_sessions < 1:
-        raise InvalidValue(f"max_sessions must be at least 1, got {max_sessions}")
-    if not idle_timeout_s > 0 or not request_timeout_s > 0:
-        raise InvalidValue(f"idle_timeout_s ({idle_timeout_s}) and request_timeout_s ({request_timeout_s}) must be "
-                           "positive")
-    if max_message_bytes < 1024 or max_body_bytes < 1024 or max_idle_connections < 1:
-        raise InvalidValue(f"need max_message_bytes ({max_message_bytes}) and max_body_bytes ({max_body_bytes}) "
-                           f">= 1024, and max_idle_connections ({max_idle_connections}) >= 1")
-    probe = env_factory()  # fail at start, not in the first session, and read the spaces
-    action_length, observation_length = _space_length(probe.action_space), _space_length(probe.observation_space)
-    probe.close()
+    service = EnvService(env_factory, name=name, description=description, max_sessions=max_sessions,
+                         idle_timeout_s=idle_timeout_s, max_message_bytes=max_message_bytes,
+                         max_body_bytes=max_body_bytes, request_timeout_s=request_timeout_s,
+                         max_idle_connections=max_idle_connections)
     app = FastAPI(title=f"{name} (OpenEnv protocol)", docs_url=None, redoc_url=None)
     app.add_middleware(BodySizeLimit, max_body_bytes=max_body_bytes, body_timeout=request_timeout_s,
                        hint='a reset body is {"seed": int, "options": {...}}')
-    limits = {"max_message_bytes": max_message_bytes, "max_body_bytes": max_body_bytes,
-              "request_timeout_s": request_timeout_s, "max_idle_connections": max_idle_connections}
-    app.state.server_limits = limits  # read by env_server_config
-    lock = threading.Lock()
-    sessions: dict[int, _Session] = {}
-    counter = [0]
-
-    def error(status: int, message: str) -> Any:
-        return JSONResponse({"error": message}, status_code=status)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> Any:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: "
-                             f"{e.get('msg', 'invalid')}" for e in exc.errors())
-        return error(422, f"invalid request ({problems}); reset takes {{\"seed\": int, \"options\": {{...}}}}")
-
-    @app.exception_handler(Exception)
-    async def _failed(request: Request, exc: Exception) -> Any:  # a JSON answer even for a server bug
-        return error(500, f"internal error: {type(exc).__name__}: {exc}")
-
-    @app.get("/health")
-    def health() -> Any:
-        return {"status": "healthy", "active_sessions": len(sessions), "max_sessions": max_sessions}
-
-    @app.get("/metadata")
-    def metadata() -> Any:
-        import agent_gym
-
-        return {"name": name, "description": description, "version": agent_gym.__version__,
-                "action_max_length": action_length, "observation_max_length": observation_length,
-                "idle_timeout_s": idle_timeout_s, "max_sessions": max_sessions, **limits}
-
-    @app.get("/schema")
-    def schema() -> Any:
-        text = {"type": "string", **({"maxLength": action_length} if action_length is not None else {})}
-        return {
-            "action": {"type": "object", "properties": {"text": text, "metadata": {"type": "object"}},
-                       "required": ["text"], "additionalProperties": False},
-            "observation": {"type": "object", "properties": {
-                "text": {"type": "string"}, "info": {"type": "object"}, "terminated": {"type": "boolean"},
-                "truncated": {"type": "boolean"}}},
-            "state": {"type": "object", "properties": {
-                "episode_id": {"type": ["string", "null"]}, "step_count": {"type": "integer"},
-                "task_id": {"type": ["string", "null"]}, "turn": {"type": ["integer", "null"]}}},
-        }
-
-    @app.post("/reset")
-    async def reset(request: Request) -> Any:
-        raw = await request.body()
-        try:
-            body = _parse_json(raw) if raw.strip() else {}
-        except _Error as problem:
-            return error(422, f"the body is not JSON ({problem.message}); send {{\"seed\": int, \"options\": "
-                              "{...}} or nothing")
-        if not isinstance(body, dict):
-            return error(422, "the body must be a JSON object such as {\"seed\": 0}")
-        env = await asyncio.to_thread(env_factory)
-        try:
-            return await asyncio.to_thread(_Session(env, -1).reset, body)
-        except _Error as problem:
-            return error(422 if problem.code == "VALIDATION_ERROR" else 400, problem.message)
-        finally:
-            env.close()
-
-    @app.post("/step")
-    def step() -> Any:
-        return error(409, "POST /step has no session in the OpenEnv protocol: open a WebSocket at /ws, send "
-                          "{\"type\": \"reset\"}, then {\"type\": \"step\", \"data\": {\"text\": ...}}")
-
-    async def send_error(websocket: WebSocket, code: str, message: str) -> None:
-        await websocket.send_text(json.dumps({"type": "error", "data": {"message": message, "code": code}}))
-
-    @app.websocket("/ws")
-    async def session(websocket: WebSocket) -> None:
-        await websocket.accept()
-        with lock:
-            full = len(sessions) >= max_sessions
-            if not full:
-                counter[0] += 1
-                session_id = counter[0]
-                sessions[session_id] = None  # type: ignore[assignment] - reserved while the env is built
-        if full:
-            await send_error(websocket, "CAPACITY_REACHED", f"the server holds {max_sessions} sessions "
-                                                            "(--max-sessions); retry later")
-            await websocket.close(code=1013, reason="CAPACITY_REACHED: too many sessions")  # 1013: try again later
-            return
-        current: _Session | None = None
-        close_reason = ""
-        try:
-            current = _Session(await asyncio.to_thread(env_factory), session_id)
-            sessions[session_id] = current
-            while True:
-                try:
-                    received = await asyncio.wait_for(websocket.receive(), timeout=idle_timeout_s)
-                except TimeoutError:
-                    await send_error(websocket, "IDLE_TIMEOUT", f"no message for {idle_timeout_s:g} s; the "
-                                                                "session and its env are closed")
-                    close_reason = "IDLE_TIMEOUT: session closed"
-                    break
-                if received["type"] == "websocket.disconnect":
-                    raise WebSocketDisconnect(received.get("code", 1000))
-                if received.get("text") is None:
-                    await send_error(websocket, "INVALID_JSON", "a binary frame: send each message as JSON in a "
-                                                                "text frame")
-                    continue
-                try:
-                    message = _parse_json(received["text"])
-                except _Error as problem:
-                    await send_error(websocket, problem.code, problem.message)
-                    continue
-                kind = message.get("type") if isinstance(message, dict) else None
-                data = message.get("data", {}) if isinstance(message, dict) else {}
-                if kind == "close":
-                    break
-                try:
-                    if not isinstance(data, dict):
-                        raise _Error("VALIDATION_ERROR", "\"data\" must be a JSON object")
-                    if kind == "reset":
-                        answer = {"type": "observation", "data": await asyncio.to_thread(current.reset, data)}
-                    elif kind == "step":
-                        answer = {"type": "observation", "data": await asyncio.to_thread(current.step, data)}
-                    elif kind == "truncate":
-                        answer = {"type": "observation", "data": await asyncio.to_thread(current.truncate)}
-                    elif kind == "state":
-                        answer = {"type": "state", "data": current.state()}
-                    else:
-                        raise _Error("UNKNOWN_TYPE", f"unknown message type {kind!r}; send reset, step, state "
-                                                     "or close")
-                except _Error as problem:
-                    await send_error(websocket, problem.code, problem.message)
-                    continue
-                await websocket.send_text(_dumps(answer))
-        except WebSocketDisconnect:
-            pass
-        except Exception as problem:  # noqa: BLE001 - an env that breaks its contract ends its session only
-            logger.exception("env server: session %s failed", session_id)
-            try:
-                await send_error(websocket, "SESSION_ERROR", f"{type(problem).__name__}: {problem}")
-            except Exception:  # noqa: BLE001 - the client may be gone already
-                pass
-        finally:
-            with lock:
-                sessions.pop(session_id, None)
-            if current is not None:
-                await asyncio.to_thread(current.env.close)
-            try:
-                await websocket.close(reason=close_reason)
-            except (RuntimeError, WebSocketDisconnect):  # already closed
-                pass
-
+    app.state.server_limits = service.limits  # read by env_server_config
+    app.state.service = service
+    _routes(app, service)
     return app

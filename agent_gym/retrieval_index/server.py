@@ -29,8 +29,9 @@ multi-worker socket has protocol 0, so asyncio leaves Nagle on for accepted conn
 per request with 2 h11 workers), hence :func:`bind_socket`. httpx's client sets ``TCP_NODELAY`` itself.
 """
 
-# No `from __future__ import annotations`: FastAPI must resolve the request models, which are defined inside
-# create_app (so importing this module for the CLI does not need fastapi).
+# No `from __future__ import annotations`: FastAPI must resolve the request models, which are built on first use
+# by _request_models (so importing this module for the CLI does not need fastapi).
+import functools
 import ipaddress
 import json
 import logging
@@ -43,8 +44,9 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agent_gym.error import AgentGymError, InvalidValue
 from agent_gym.retrieval_index.base import Hit, Retriever
@@ -67,6 +69,41 @@ WARMUP_QUERY = "warm up the index"
 REQUEST_TIMEOUT_S = 30.0  # the longest a request head, or a request body, may take to arrive
 STARTUP_FAILURE = 3  # uvicorn's exit status for a worker that failed to start: its supervisor then stops
 SUPERVISOR_PID_ENV = "AGENT_GYM_SUPERVISOR_PID"  # set by `--replicas`: a replica stops when that process is gone
+
+
+@dataclass(kw_only=True)
+class ServeConfig:
+    """How ``agent-gym index serve`` serves an index (its flags come from these fields): ``serve(config.index,
+    host=config.host, port=config.port, workers=config.workers, ..., cache_entries=config.cache)``; ``replicas``
+    runs that many supervised servers on consecutive ports (``replicas.ReplicaSupervisor``)."""
+
+    index: str = field(metadata={"positional": True, "help": "index directory (from `agent-gym index build`), or "
+                                                             "'module:function' naming a factory that returns a "
+                                                             "Retriever"})
+    host: str = field(default="127.0.0.1", metadata={
+        "help": "interface to listen on (default: loopback only; 0.0.0.0 exposes the index to the network, "
+                "unauthenticated)"})
+    port: int = field(default=8000, metadata={"help": "TCP port (default: 8000)"})
+    workers: int = field(default=1, metadata={
+        "help": "worker processes sharing the memory-mapped index (default: 1; threads scale at most 1.3x, "
+                "processes scale with cores)"})
+    max_queries: int = field(default=DEFAULT_MAX_QUERIES, metadata={
+        "help": f"most queries per request (default: {DEFAULT_MAX_QUERIES})"})
+    max_query_chars: int = field(default=DEFAULT_MAX_QUERY_CHARS, metadata={
+        "help": f"longest query in characters (default: {DEFAULT_MAX_QUERY_CHARS})"})
+    default_k: int = field(default=DEFAULT_K, metadata={
+        "help": f"hits per query when a request gives no k (default: {DEFAULT_K})"})
+    max_k: int = field(default=DEFAULT_MAX_K, metadata={
+        "help": f"largest k a request may ask for (default: {DEFAULT_MAX_K})"})
+    cache: int = field(default=0, metadata={
+        "metavar": "ENTRIES", "help": "LRU cache entries per worker; GRPO groups repeat queries (default: 0 = off)"})
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = field(default="info", metadata={
+        "help": "uvicorn's log level (default: info)"})
+    replicas: int | None = field(default=None, metadata={
+        "metavar": "N",
+        "help": "run N servers of the index on ports PORT .. PORT+N-1 and restart any that exits; clients list them "
+                "all: RemoteRetriever('http://HOST:PORT,http://HOST:PORT+1,...') balances the load and fails over "
+                "(default: one server, not supervised)"})
 
 
 class IndexLoadError(AgentGymError, RuntimeError):
@@ -137,12 +174,13 @@ class _RetrieverHolder:
         self.retriever: Retriever | None = None
         self.error: str | None = None
         self._closed = False
-        self._thread = threading.Thread(target=self._load, name="retriever-loader", daemon=True)
+        self._thread = threading.Thread(target=self.load, name="retriever-loader", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def _load(self) -> None:
+    def load(self) -> None:
+        """Load the retriever and run one warm-up search, here (``start`` runs this in a thread)."""
         try:
             retriever = self._factory()
             # Ready means warm: the first search pays JVM start / JIT compile / page-in (see the note).
@@ -197,32 +235,11 @@ def _finite(score: float) -> float | None:
     return score if math.isfinite(score) else None  # JSON has no NaN / inf
 
 
-def create_app(
-    retriever_factory: Callable[[], Retriever],
-    *,
-    max_queries: int = DEFAULT_MAX_QUERIES,
-    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
-    default_k: int = DEFAULT_K,
-    max_k: int = DEFAULT_MAX_K,
-    documents: int | None = None,
-    body_timeout: float = REQUEST_TIMEOUT_S,
-    on_load_failure: Callable[[str], None] | None = None,
-) -> Any:
-    """Build the ASGI app (FastAPI) serving the retriever that ``retriever_factory`` returns.
-
-    The factory runs in a background thread at startup (then one warm-up search), so the server accepts
-    connections at once and ``/health`` answers 503 until it is ready. The app owns the retriever and
-    closes it at shutdown. ``documents`` is the count ``/health`` reports (an index directory's manifest
-    knows it); by default the retriever's own ``num_documents``. ``body_timeout``: seconds a request body may
-    take to arrive (then 408). ``on_load_failure(reason)`` runs when the factory or the warm-up search fails.
-    """
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr, ValidationError
-    from starlette.concurrency import run_in_threadpool
-    from starlette.exceptions import HTTPException
-
-    _check_limits(max_queries, max_query_chars, default_k, max_k)
+@functools.cache
+def _request_models() -> tuple[type, type]:
+    """The pydantic models of a ``/search`` and a ``/retrieve`` body, built on first use (so importing this
+    module for the CLI does not need pydantic)."""
+    from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
     class SearchRequest(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -241,45 +258,58 @@ def create_app(
                                         '(SkyRL-Gym), not both or neither')
             return self.queries if self.queries is not None else [self.query]
 
-    holder = _RetrieverHolder(retriever_factory, on_load_failure)
-    limits = {"max_queries": max_queries, "max_query_chars": max_query_chars, "default_k": default_k,
-              "max_k": max_k}
+    return SearchRequest, RetrieveRequest
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol
-        holder.start()
-        yield
-        holder.close()
 
-    app = FastAPI(title="agent-gym search server", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.holder = holder
+SEARCH_SHAPE = '{"queries": [str, ...], "k": int}'
+RETRIEVE_SHAPE = '{"queries": [str, ...] or "query": str, "topk": int, "return_scores": bool}'
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid_request(request: Request, exc: RequestValidationError) -> Any:
-        expected = ('{"queries": [str, ...], "k": int}' if request.url.path == "/search"
-                    else '{"queries": [str, ...] or "query": str, "topk": int, "return_scores": bool}')
-        return _error(422, f"invalid request ({_validation_problems(exc)}); expected JSON {expected}")
 
-    @app.exception_handler(HTTPException)
-    async def _http_error(request: Request, exc: HTTPException) -> Any:  # 404, 405: the same error shape
-        response = _error(exc.status_code, str(exc.detail))
-        response.headers.update(exc.headers or {})
-        return response
+class SearchService:
+    """The search server without HTTP: its limits, its retriever (through a holder that loads it) and one
+    method per route, each taking a decoded body and returning the answer's payload.
 
-    def check_and_search(queries: list[str], k: int | None) -> list[list[Hit]]:
-        k = default_k if k is None else k
-        if not 1 <= k <= max_k:
-            raise _HTTPProblem(422, f"k must be between 1 and {max_k}, got {k}")
-        if len(queries) > max_queries:
+    A refused request raises ``_HTTPProblem(status, message)``, which the app turns into ``{"error": message}``
+    with that status. :func:`create_app` routes HTTP requests to these methods; tests call them directly.
+    """
+
+    def __init__(self, holder: "_RetrieverHolder", *, max_queries: int = DEFAULT_MAX_QUERIES,
+                 max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, default_k: int = DEFAULT_K,
+                 max_k: int = DEFAULT_MAX_K, documents: int | None = None) -> None:
+        _check_limits(max_queries, max_query_chars, default_k, max_k)
+        self.holder = holder
+        self.max_queries, self.max_query_chars = max_queries, max_query_chars
+        self.default_k, self.max_k = default_k, max_k
+        self.documents = documents
+
+    @property
+    def limits(self) -> dict[str, int]:
+        """The limits ``/health`` reports."""
+        return {"max_queries": self.max_queries, "max_query_chars": self.max_query_chars,
+                "default_k": self.default_k, "max_k": self.max_k}
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest body a valid request can have: ``max_queries * max_query_chars`` characters, JSON escapes
+        costing up to 6 bytes a character."""
+        return self.max_queries * (6 * self.max_query_chars + 8) + 65536
+
+    def search_hits(self, queries: list[str], k: int | None) -> list[list[Hit]]:
+        """``k`` hits for each query, after checking the request against the limits and the index is loaded."""
+        k = self.default_k if k is None else k
+        if not 1 <= k <= self.max_k:
+            raise _HTTPProblem(422, f"k must be between 1 and {self.max_k}, got {k}")
+        if len(queries) > self.max_queries:
             raise _HTTPProblem(413, f"{len(queries)} queries in one request exceed "
-                                    f"max_queries={max_queries}; split the batch")
+                                    f"max_queries={self.max_queries}; split the batch")
         for index, query in enumerate(queries):
-            if len(query) > max_query_chars:
+            if len(query) > self.max_query_chars:
                 raise _HTTPProblem(413, f"query {index} has {len(query)} characters, more than "
-                                       f"max_query_chars={max_query_chars}; shorten it")
-        retriever = holder.retriever
+                                       f"max_query_chars={self.max_query_chars}; shorten it")
+        retriever = self.holder.retriever
         if retriever is None:
-            raise _HTTPProblem(503, "search index not ready" + (f": {holder.error}" if holder.error else
+            error = self.holder.error
+            raise _HTTPProblem(503, "search index not ready" + (f": {error}" if error else
                                                                  " (still loading); retry shortly"))
         if not queries:
             return []
@@ -288,6 +318,84 @@ def create_app(
         except Exception as exc:  # noqa: BLE001 - one bad search must not take the server down
             logger.exception("search server: retriever failed")
             raise _HTTPProblem(500, f"retriever failed: {type(exc).__name__}: {exc}") from exc
+
+    def parse_search(self, data: Any) -> Any:
+        """A decoded ``/search`` body as a validated ``SearchRequest``."""
+        from pydantic import ValidationError
+
+        try:
+            return _request_models()[0].model_validate(data)
+        except ValidationError as error:
+            raise _HTTPProblem(422, f"invalid request ({_validation_problems(error)}); expected JSON "
+                                    f"{SEARCH_SHAPE}") from None
+
+    def search(self, body: Any) -> dict[str, Any]:
+        """The answer to a ``/search`` request (from :meth:`parse_search`): ``{"results": [[hit, ...], ...]}``."""
+        results = self.search_hits(body.queries, body.k)
+        return {"results": [[{"id": hit.id, "title": hit.title, "text": hit.text, "score": _finite(hit.score)}
+                             for hit in hits] for hits in results]}
+
+    def parse_retrieve(self, data: Any, packed: bool = False) -> Any:
+        """A decoded ``/retrieve`` body (msgpack when ``packed``) as a validated ``RetrieveRequest``."""
+        from pydantic import ValidationError
+
+        try:
+            return _request_models()[1].model_validate(data)
+        except ValidationError as error:
+            raise _HTTPProblem(422, f"invalid request ({_validation_problems(error)}); expected "
+                                    f"{'msgpack' if packed else 'JSON'} {RETRIEVE_SHAPE}") from error
+
+    def retrieve(self, body: Any, packed: bool = False) -> dict[str, Any]:
+        """The answer to a ``/retrieve`` request in Search-R1's shape; ``packed`` (GEM's msgpack dialect): one
+        ``query`` in, that query's hits out, as GEM's retrieval server does."""
+        queries = body.batch()
+        # Search-R1 falls back to its default top-k when topk is missing or 0.
+        results = self.search_hits(queries, body.topk or None)
+        payload = []
+        for hits in results:
+            documents = [{"id": hit.id, "title": hit.title, "text": hit.text,
+                          "contents": f'"{hit.title}"\n{hit.text}'} for hit in hits]  # wiki-18's layout
+            if body.return_scores:
+                payload.append([{"document": document, "score": _finite(hit.score)}
+                                for document, hit in zip(documents, hits, strict=True)])
+            else:
+                payload.append(documents)
+        return {"result": payload[0] if packed and body.query is not None else payload}
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """``/health``'s status and payload: 200 once the index is loaded, 503 while it loads or after it failed."""
+        retriever = self.holder.retriever
+        if retriever is None:
+            error = self.holder.error
+            return 503, {"status": "error" if error else "loading", "error": error, **self.limits}
+        documents = self.documents if self.documents is not None else _document_count(retriever)
+        return 200, {"status": "ok", "backend": getattr(retriever, "name", type(retriever).__name__),
+                     "documents": documents, "pid": os.getpid(), **self.limits}
+
+
+def _is_packed(raw: bytes, content_type: str) -> bool:
+    """Whether a ``/retrieve`` body is msgpack: GEM's search tool posts it with no content type, and JSON bodies
+    start with "{" (or whitespace)."""
+    return "msgpack" in content_type or raw[:1] not in (b"", b"{", b"[", b" ", b"\n", b"\r", b"\t")
+
+
+def _routes(app: Any, service: SearchService) -> None:
+    """The HTTP routes and error handlers of ``app``, each a thin call of ``service``."""
+    from fastapi import Request, Response
+    from fastapi.exceptions import RequestValidationError
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(request: Request, exc: RequestValidationError) -> Any:
+        expected = SEARCH_SHAPE if request.url.path == "/search" else RETRIEVE_SHAPE
+        return _error(422, f"invalid request ({_validation_problems(exc)}); expected JSON {expected}")
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> Any:  # 404, 405: the same error shape
+        response = _error(exc.status_code, str(exc.detail))
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(_HTTPProblem)
     async def _bad_request(request: Request, exc: _HTTPProblem) -> Any:
@@ -298,61 +406,65 @@ def create_app(
         # Read by hand, not as a FastAPI body parameter: FastAPI answers a body it cannot parse (too deep, not
         # UTF-8) with 400 {"detail"}, and one without a JSON Content-Type (curl's default) with a puzzling 422.
         data = _decode_body(await request.body(), False, request.headers.get("content-type", ""))
-        try:
-            body = SearchRequest.model_validate(data)
-        except ValidationError as error:
-            raise _HTTPProblem(422, f"invalid request ({_validation_problems(error)}); expected JSON "
-                                    '{"queries": [str, ...], "k": int}') from None
-        results = await run_in_threadpool(check_and_search, body.queries, body.k)
-        return _json({"results": [[{"id": hit.id, "title": hit.title, "text": hit.text,
-                                    "score": _finite(hit.score)} for hit in hits] for hits in results]})
+        body = service.parse_search(data)
+        return _json(await run_in_threadpool(service.search, body))
 
     @app.post("/retrieve")
     async def retrieve(request: Request) -> Any:
         raw = await request.body()
         content_type = request.headers.get("content-type", "")
-        # GEM's search tool posts msgpack with no content type; JSON bodies start with "{" (or whitespace)
-        packed = "msgpack" in content_type or raw[:1] not in (b"", b"{", b"[", b" ", b"\n", b"\r", b"\t")
-        data = _decode_body(raw or b"null", packed, content_type)
-        try:
-            body = RetrieveRequest.model_validate(data)
-        except ValidationError as error:
-            raise _HTTPProblem(422, f"invalid request ({_validation_problems(error)}); expected "
-                                    f"{'msgpack' if packed else 'JSON'} "
-                                    '{"queries": [str, ...] or "query": str, "topk": int, "return_scores": bool}'
-                               ) from error
-        # Search-R1 falls back to its default top-k when topk is missing or 0.
-        results = await run_in_threadpool(check_and_search, body.batch(), body.topk or None)
-        payload = []
-        for hits in results:
-            documents = [{"id": hit.id, "title": hit.title, "text": hit.text,
-                          "contents": f'"{hit.title}"\n{hit.text}'} for hit in hits]  # wiki-18's layout
-            if body.return_scores:
-                payload.append([{"document": document, "score": _finite(hit.score)}
-                                for document, hit in zip(documents, hits, strict=True)])
-            else:
-                payload.append(documents)
+        packed = _is_packed(raw, content_type)
+        body = service.parse_retrieve(_decode_body(raw or b"null", packed, content_type), packed)
+        answer = await run_in_threadpool(service.retrieve, body, packed)
         if not packed:
-            return _json({"result": payload})
-        from fastapi import Response
-
-        # GEM's dialect: one query in, that query's hits out ({"result": [hit, ...]}), as its retrieval server does
-        result = payload[0] if body.query is not None else payload
-        return Response(content=_pack({"result": result}), media_type="application/msgpack")
+            return _json(answer)
+        return Response(content=_pack(answer), media_type="application/msgpack")
 
     @app.get("/health")
     def health() -> Any:
-        retriever = holder.retriever
-        if retriever is None:
-            status = "error" if holder.error else "loading"
-            return _json({"status": status, "error": holder.error, **limits}, 503)
-        return _json({"status": "ok", "backend": getattr(retriever, "name", type(retriever).__name__),
-                      "documents": documents if documents is not None else _document_count(retriever),
-                      "pid": os.getpid(), **limits})
+        status, payload = service.health()
+        return _json(payload, status)
 
-    # Valid bodies are bounded by max_queries * max_query_chars; JSON escapes cost up to 6 bytes a character.
-    return BodySizeLimit(app, max_body_bytes=max_queries * (6 * max_query_chars + 8) + 65536,
-                         body_timeout=body_timeout, hint="send fewer or shorter queries")
+
+def create_app(
+    retriever_factory: Callable[[], Retriever],
+    *,
+    max_queries: int = DEFAULT_MAX_QUERIES,
+    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
+    default_k: int = DEFAULT_K,
+    max_k: int = DEFAULT_MAX_K,
+    documents: int | None = None,
+    body_timeout: float = REQUEST_TIMEOUT_S,
+    on_load_failure: Callable[[str], None] | None = None,
+) -> Any:
+    """Build the ASGI app (FastAPI) serving the retriever that ``retriever_factory`` returns.
+
+    The factory runs in a background thread at startup (then one warm-up search), so the server accepts
+    connections at once and ``/health`` answers 503 until it is ready. The app owns the retriever and
+    closes it at shutdown. ``documents`` is the count ``/health`` reports (an index directory's manifest
+    knows it); by default the retriever's own ``num_documents``. ``body_timeout``: seconds a request body may
+    take to arrive (then 408). ``on_load_failure(reason)`` runs when the factory or the warm-up search fails.
+    The app's parts: a :class:`SearchService` (``app.state.service``) answers, ``_routes`` routes to it, and
+    ``BodySizeLimit`` refuses bodies larger than any valid request.
+    """
+    from fastapi import FastAPI
+
+    holder = _RetrieverHolder(retriever_factory, on_load_failure)
+    service = SearchService(holder, max_queries=max_queries, max_query_chars=max_query_chars,
+                            default_k=default_k, max_k=max_k, documents=documents)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan protocol
+        holder.start()
+        yield
+        holder.close()
+
+    app = FastAPI(title="agent-gym search server", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.holder = holder
+    app.state.service = service
+    _routes(app, service)
+    return BodySizeLimit(app, max_body_bytes=service.max_body_bytes, body_timeout=body_timeout,
+                         hint="send fewer or shorter queries")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -600,4 +712,5 @@ def run_uvicorn(app: Any, sock: socket.socket, *, workers: int = 1, log_level: s
         raise IndexLoadError("cannot load the index: a worker failed to start (its error is above)")
 
 
-__all__ = ["IndexLoadError", "app_from_env", "bind_socket", "create_app", "run_uvicorn", "serve", "uvicorn_config"]
+__all__ = ["IndexLoadError", "SearchService", "ServeConfig", "app_from_env", "bind_socket", "create_app",
+           "run_uvicorn", "serve", "uvicorn_config"]
