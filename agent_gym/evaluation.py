@@ -13,9 +13,9 @@ import json
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +27,7 @@ from agent_gym.policies import Policy
 
 __all__ = [
     "EpisodeRecord",
+    "EvalConfig",
     "EvaluationInterrupted",
     "evaluate",
     "format_table",
@@ -35,6 +36,55 @@ __all__ = [
     "run_episode",
     "summarize",
 ]
+
+
+@dataclass(kw_only=True)
+class EvalConfig:
+    """The settings of ``agent-gym eval`` (its flags come from these fields, beside the env kwargs): which env,
+    which scripted policies or which model and how it decodes, how many episodes, where the records go."""
+
+    env_id: str = field(metadata={"positional": True, "help": "environment id, e.g. AgentR1-SynthHop-v0"})
+    policy: str = field(default="naive-rag", metadata={
+        "help": "scripted policies, comma-separated: oracle (needs gold decompositions), gold-search, naive-rag, "
+                "weak-multihop, random, stub (coding envs) (ignored with --model)"})
+    model: str | None = field(default=None, metadata={
+        "help": "evaluate this model (a directory, a training run's directory, or a HF name); greedy unless "
+                "--best-of or --value-guided"})
+    adapter: str | None = field(default=None, metadata={
+        "help": "with --model: a LoRA adapter directory (agent-gym sft/train --lora-rank, or a committed "
+                "experiments/checkpoints/real-*) merged into the model"})
+    naive_rag: bool = field(default=False, metadata={
+        "help": "with --model: the paper's naive RAG baseline, the question searched once by a script, then the "
+                "model answers (pair it with --max-turns 2)"})
+    dtype: Literal["auto", "float32", "bfloat16"] = field(default="auto", metadata={
+        "help": "with --model: weights' dtype (auto: bfloat16 where the CPU or GPU runs it natively)"})
+    best_of: int | None = field(default=None, metadata={
+        "exclusive": "decoding", "metavar": "N",
+        "help": "with --model: sample N turns each turn, play the one the policy finds likeliest"})
+    value_guided: int | None = field(default=None, metadata={
+        "exclusive": "decoding", "metavar": "N",
+        "help": "with --model RUN of a PPO run: sample N turns each turn, play the one its critic values most "
+                "(the value at the turn's last token)"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of those N turns"})
+    max_new_tokens: int = field(default=256, metadata={
+        "help": "with --model: token budget of one model turn (fewer: a cheaper eval on a CPU)"})
+    max_turns: int | None = field(default=None, metadata={
+        "help": "turns per episode: sets the env's max_turns (an episode cut there pays the env's truncation); "
+                "default: the env's own"})
+    torch_threads: int | None = field(default=None, metadata={
+        "help": "with --model: torch.set_num_threads (default: agent_gym.models.threads's measured default; 0 "
+                "keeps torch's own)"})
+    policy_kwarg: list[str] = field(default_factory=list, metadata={
+        "append": True, "metavar": "KEY=VALUE",
+        "help": "option of the scripted policies (repeatable), e.g. --policy-kwarg p_multihop=0.5"})
+    episodes: int = field(default=100, metadata={
+        "help": "episodes, one per task in the env's task order (at most the env's task count)"})
+    seed: int = field(default=0, metadata={"help": "seed of the env's task order and of the policies"})
+    out: str | None = field(default=None, metadata={
+        "help": "per-episode JSONL (default: runs/eval-ENV-POLICY-Nep[-SETTINGS-HASH].jsonl, one file per episode "
+                "count, env kwargs, model and decoding settings); written to OUT's .partial.jsonl until the last "
+                "episode ends, so an interrupted eval leaves an earlier OUT as it was"})
+    no_progress: bool = field(default=False, metadata={"help": "hide the progress bar"})
 
 
 @dataclass

@@ -11,13 +11,28 @@ needed to write the rows.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent_gym.contract import GOLD_ANSWERS, MESSAGES, TASK_ID
 from agent_gym.error import InvalidValue
 
-__all__ = ["verl_rows", "write_verl_parquet"]
+__all__ = ["VerlExportConfig", "verl_rows", "write_verl_parquet"]
+
+
+@dataclass
+class VerlExportConfig:
+    """What ``agent-gym data export-verl`` writes (its flags come from these fields, beside the env kwargs):
+    ``verl_rows(config.env_id, {..., "split": config.split}, limit=config.limit,
+    max_tokens_per_turn=config.max_tokens_per_turn)``."""
+
+    env_id: str = field(metadata={"positional": True, "help": "environment id, e.g. AgentR1-HotpotQA-v0"})
+    split: str = field(default="train", metadata={"help": "the env's split kwarg (default: train)"})
+    limit: int | None = field(default=None, metadata={"help": "export the first N tasks (default: all)"})
+    max_tokens_per_turn: int = field(default=1024, metadata={
+        "help": "the model's token budget per turn in verl's rollout (default: 1024, as in Agent-R1's GRPO recipe)"})
+    out: str | None = field(default=None, metadata={"help": "parquet file (default: data/verl/ENV_SPLIT.parquet)"})
 
 
 def verl_rows(env_id: str, env_kwargs: dict[str, Any] | None = None, *, limit: int | None = None,

@@ -23,7 +23,7 @@ from agent_gym import __version__
 from agent_gym.bench.report import BenchRecord
 from agent_gym.error import InvalidValue
 
-__all__ = ["BenchSettings", "RUNNERS", "run"]
+__all__ = ["DEFAULT_PEER_PYTHON", "BenchConfig", "BenchSettings", "RUNNERS", "run"]
 
 
 @dataclass
@@ -302,6 +302,36 @@ RUNNERS: dict[str, Callable[[BenchSettings, int, Path], None]] = {
     "oracle": _run_scripted("oracle"),
     "naive-rag": _run_scripted("naive-rag"),
 }
+
+DEFAULT_PEER_PYTHON = ".venv-peers/bin/python"
+
+
+@dataclass(kw_only=True)
+class BenchConfig:
+    """The settings of ``agent-gym bench`` (its flags come from these fields, beside the env kwargs): which
+    libraries, how many seeds, and the shared budget that becomes each run's :class:`BenchSettings`."""
+
+    env: str = field(metadata={"required": True, "help": "environment id, e.g. AgentR1-SynthHop-v0"})
+    libraries: str = field(default="ours-grpo,trl-grpo,sb3-ppo,random,oracle", metadata={
+        "help": f"comma-separated, from: {', '.join(RUNNERS)}"})
+    episodes: int = field(default=64, metadata={"help": "training budget of every library, in env episodes"})
+    seeds: int = field(default=2, metadata={"help": "seeds per library (0..K-1)"})
+    eval_every: int = field(default=32, metadata={"help": "training episodes between held-out evaluations"})
+    eval_tasks: int = field(default=32, metadata={"help": "held-out tasks, one greedy episode each"})
+    eval_env_kwargs: str = field(default='{"split": "test"}', metadata={
+        "metavar": "JSON", "help": "overrides of the env kwargs for the held-out env"})
+    model: str | None = field(default=None, metadata={
+        "help": "starting model of the LLM libraries (default: build a tiny one and warm-start it)"})
+    sft_episodes: int = field(default=256, metadata={"help": "scripted episodes of the default warm start"})
+    tasks_per_step: int = field(default=4, metadata={"help": "tasks per update step of the LLM libraries"})
+    group_size: int = field(default=4, metadata={"help": "episodes per task in one update step (GRPO's group)"})
+    max_new_tokens: int = field(default=48, metadata={"help": "token budget of one model turn"})
+    max_turns: int = field(default=4, metadata={"help": "turns per episode"})
+    lr: float = field(default=1e-4, metadata={"help": "learning rate of the LLM libraries"})
+    peer_python: str = field(default=DEFAULT_PEER_PYTHON, metadata={
+        "help": "interpreter of the venv that holds TRL (scripts/make_peer_venv.sh)"})
+    out: str = field(default="runs/bench", metadata={
+        "help": "directory for results.jsonl, table.md, curves.png"})
 
 
 def run(library: str, settings: BenchSettings, seed: int, out: str | Path) -> None:

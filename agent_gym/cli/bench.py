@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from agent_gym.bench.report import BenchRecord, format_table, plot_curves, read_records
-from agent_gym.bench.runners import RUNNERS, BenchSettings, settings_json
+from agent_gym.bench.runners import DEFAULT_PEER_PYTHON, RUNNERS, BenchConfig, BenchSettings, settings_json
 from agent_gym.cli.args import (
     UsageError,
     add_env_kwargs_arguments,
@@ -28,10 +28,10 @@ from agent_gym.cli.args import (
     parse_json_object,
     user_errors,
 )
+from agent_gym.cli.config_flags import add_dataclass_arguments
 
-__all__ = ["add_bench_arguments", "run_bench"]
+__all__ = ["DEFAULT_PEER_PYTHON", "add_bench_arguments", "run_bench"]
 
-DEFAULT_PEER_PYTHON = ".venv-peers/bin/python"
 LLM_LIBRARIES = ("ours-grpo", "ours-ppo", "ours-reinforce_pp", "trl-grpo")
 # what each library needs, and how to get it
 REQUIREMENTS = {
@@ -42,26 +42,8 @@ REQUIREMENTS = {
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", required=True, help="environment id, e.g. AgentR1-SynthHop-v0")
-    parser.add_argument("--libraries", default="ours-grpo,trl-grpo,sb3-ppo,random,oracle",
-                        help=f"comma-separated, from: {', '.join(RUNNERS)}")
-    parser.add_argument("--episodes", type=int, default=64, help="training budget of every library, in env episodes")
-    parser.add_argument("--seeds", type=int, default=2, help="seeds per library (0..K-1)")
-    parser.add_argument("--eval-every", type=int, default=32, help="training episodes between held-out evaluations")
-    parser.add_argument("--eval-tasks", type=int, default=32, help="held-out tasks, one greedy episode each")
-    parser.add_argument("--eval-env-kwargs", default='{"split": "test"}', metavar="JSON",
-                        help="overrides of the env kwargs for the held-out env")
-    parser.add_argument("--model", default=None,
-                        help="starting model of the LLM libraries (default: build a tiny one and warm-start it)")
-    parser.add_argument("--sft-episodes", type=int, default=256, help="scripted episodes of the default warm start")
-    parser.add_argument("--tasks-per-step", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=48, help="token budget of one model turn")
-    parser.add_argument("--max-turns", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--peer-python", default=DEFAULT_PEER_PYTHON,
-                        help="interpreter of the venv that holds TRL (scripts/make_peer_venv.sh)")
-    parser.add_argument("--out", default="runs/bench", help="directory for results.jsonl, table.md, curves.png")
+    """The flags of ``bench``: the fields of ``agent_gym.bench.runners.BenchConfig``, then the env kwargs."""
+    add_dataclass_arguments(parser, BenchConfig, explicit_only=False)
     add_env_kwargs_arguments(parser)
 
 

@@ -2,7 +2,11 @@
 
 Each field becomes ``--field-name``, its help the field's ``metadata["help"]``, so the flags never drift from
 the code. Other metadata keys: ``choices`` (allowed values), ``required`` (the flag must be given), ``one_of``
-(fields sharing this name form a group of which exactly one flag must be given) and ``metavar``.
+(fields sharing this name form a group of which exactly one flag must be given) and ``metavar``; and, for the
+commands whose flags predate their configs (``eval``, ``index``, ``bench``, ``env serve``, ``data``):
+``positional`` (an argument without a flag, e.g. ``env_id``), ``append`` (a repeatable flag collecting a list),
+``type`` (the converter of the flag's text, e.g. ``port_number``) and ``exclusive`` (fields sharing this name
+form a group of which at most one flag may be given).
 
 Two modes:
 
@@ -19,11 +23,11 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from agent_gym.error import AgentGymError
-from agent_gym.trainers.config import ConfigError
 
 __all__ = [
     "RENAMED_FIELDS",
@@ -98,6 +102,8 @@ def config_from_dict(values: dict[str, Any], cls: type) -> Any:
 
     A key in `RENAMED_FIELDS` is read as its new name; giving both names is an error.
     """
+    from agent_gym.trainers.config import ConfigError  # here: it imports torch, which a command's --help need not
+
     error = ConfigError
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
@@ -121,6 +127,8 @@ def config_from_dict(values: dict[str, Any], cls: type) -> Any:
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None, cls: type) -> Any:
     """Load a YAML file of ``cls`` fields (if given) and apply `overrides` on top."""
+    from agent_gym.trainers.config import ConfigError
+
     error = ConfigError
     values: dict[str, Any] = {}
     if path is not None:
@@ -140,8 +148,14 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None, cls: 
     return config_from_dict(values, cls)
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, *, explicit_only: bool = True) -> None:
-    """One flag per field of ``cls`` (``--field-name``), its help from the field's metadata."""
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, *, explicit_only: bool = True,
+                            types: dict[str, Callable[[str], Any]] | None = None) -> None:
+    """One flag per field of ``cls`` (``--field-name``), its help from the field's metadata.
+
+    ``types`` maps a field name to the converter of its flag's text where that converter belongs to the CLI
+    (``port_number``, whose ``argparse.ArgumentTypeError`` names the problem), overriding metadata ``type``.
+    """
+    types = types or {}
     hints = typing.get_type_hints(cls)
     groups: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
@@ -157,6 +171,18 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, *, expli
         if "metavar" in f.metadata:
             kwargs["metavar"] = f.metadata["metavar"]
         target: Any = parser
+        converter = types.get(f.name, f.metadata.get("type"))
+        if f.metadata.get("positional"):
+            kwargs.pop("dest")
+            kwargs.pop("default")
+            if converter is not None:
+                kwargs["type"] = converter
+            parser.add_argument(f.name, **kwargs)
+            continue
+        if "exclusive" in f.metadata:
+            if f.metadata["exclusive"] not in groups:
+                groups[f.metadata["exclusive"]] = parser.add_mutually_exclusive_group()
+            target = groups[f.metadata["exclusive"]]
         if "one_of" in f.metadata:
             if f.metadata["one_of"] not in groups:
                 groups[f.metadata["one_of"]] = parser.add_mutually_exclusive_group(required=True)
@@ -166,7 +192,13 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, *, expli
         # earlier flag names that still work: renamed fields', and a field's own "aliases"
         old_flags = [f"--{old.replace('_', '-')}" for old, new in RENAMED_FIELDS.items() if new == f.name]
         old_flags += list(f.metadata.get("aliases", ()))
-        if inner is bool:
+        if f.metadata.get("append"):  # repeatable: each flag adds one item (its converter's result)
+            if not explicit_only:
+                kwargs["default"] = []  # argparse appends to the default: a fresh list per parser
+            target.add_argument(flag, *old_flags, action="append", type=converter, **kwargs)
+        elif converter is not None:
+            target.add_argument(flag, *old_flags, type=converter, **kwargs)
+        elif inner is bool:
             if not explicit_only and default is False:  # a switch: --help shows no "(default: False)"
                 target.add_argument(flag, *old_flags, action="store_true", **kwargs)
             else:

@@ -6,14 +6,16 @@ import argparse
 from pathlib import Path
 
 from agent_gym.cli.args import UsageError, add_env_kwargs_arguments, env_kwargs_from_args, make_env, user_errors
+from agent_gym.cli.config_flags import add_dataclass_arguments
 
 __all__ = ["add_data_arguments", "add_export_verl_arguments", "run_data_fetch", "run_data_where", "run_export_verl"]
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help="hotpotqa, 2wikimultihopqa or musique")
-    parser.add_argument("--split", default="dev", help="dev or train")
-    parser.add_argument("--setting", default=None, help="HotpotQA only: distractor (default) or fullwiki")
+    """The flags of ``data fetch`` and ``data where``: the fields of ``DatasetFileConfig``."""
+    from agent_gym.envs.datasets.download import DatasetFileConfig
+
+    add_dataclass_arguments(parser, DatasetFileConfig, explicit_only=False)
 
 
 def run_data_fetch(args: argparse.Namespace) -> int:
@@ -36,13 +38,10 @@ def run_data_where(args: argparse.Namespace) -> int:
 
 
 def add_export_verl_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("env_id", help="environment id, e.g. AgentR1-HotpotQA-v0")
-    parser.add_argument("--split", default="train", help="the env's split kwarg (default: train)")
-    parser.add_argument("--limit", type=int, default=None, help="export the first N tasks (default: all)")
-    parser.add_argument("--max-tokens-per-turn", type=int, default=1024,
-                        help="the model's token budget per turn in verl's rollout (default: 1024, as in Agent-R1's "
-                             "GRPO recipe)")
-    parser.add_argument("--out", default=None, help="parquet file (default: data/verl/ENV_SPLIT.parquet)")
+    """The flags of ``data export-verl``: the fields of ``VerlExportConfig``, then the env kwargs."""
+    from agent_gym.adapters.verl_dataset import VerlExportConfig
+
+    add_dataclass_arguments(parser, VerlExportConfig, explicit_only=False)
     add_env_kwargs_arguments(parser)
 
 

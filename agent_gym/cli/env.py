@@ -14,6 +14,7 @@ from agent_gym.cli.args import (
     port_number,
     user_errors,
 )
+from agent_gym.cli.config_flags import add_dataclass_arguments
 from agent_gym.contract import GOLD_ANSWERS, MESSAGES, REWARD_COMPONENTS
 
 __all__ = ["add_env_serve_arguments", "add_envs_arguments", "add_play_arguments", "run_env_serve", "run_envs",
@@ -120,23 +121,10 @@ def run_play(args: argparse.Namespace) -> int:
 
 
 def add_env_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from agent_gym.adapters.openenv_server import (
-        DEFAULT_IDLE_TIMEOUT_S,
-        DEFAULT_MAX_MESSAGE_BYTES,
-        DEFAULT_MAX_SESSIONS,
-    )
+    """The flags of ``env serve``: the fields of ``EnvServeConfig``, then the env kwargs."""
+    from agent_gym.adapters.openenv_server import EnvServeConfig
 
-    parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default: loopback only; 0.0.0.0 exposes every env to the network)")
-    parser.add_argument("--port", type=port_number, default=8001, help="TCP port, 0 for any free one (default: 8001)")
-    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
-                        help="live WebSocket sessions (each holds its own env); more are refused")
-    parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
-                        help="seconds a session may stay silent before it and its env are closed")
-    parser.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
-                        help="largest WebSocket message accepted (RemoteEnv cuts a longer turn, which the env then "
-                             "refuses as over its action limit)")
+    add_dataclass_arguments(parser, EnvServeConfig, explicit_only=False, types={"port": port_number})
     add_env_kwargs_arguments(parser)
 
 

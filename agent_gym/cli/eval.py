@@ -16,6 +16,7 @@ from agent_gym.cli.args import (
     parse_env_kwarg_pairs,
     user_errors,
 )
+from agent_gym.cli.config_flags import add_dataclass_arguments
 
 __all__ = ["add_eval_arguments", "run_eval"]
 
@@ -26,48 +27,10 @@ def _file_safe(text: str) -> str:
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
-    parser.add_argument("--policy", default="naive-rag",
-                        help="scripted policies, comma-separated: oracle (needs gold decompositions), "
-                             "gold-search, naive-rag, weak-multihop, random, stub (coding envs) (ignored with "
-                             "--model)")
-    parser.add_argument("--model", default=None,
-                        help="evaluate this model (a directory, a training run's directory, or a HF name); greedy "
-                             "unless --best-of or --value-guided")
-    parser.add_argument("--adapter", default=None,
-                        help="with --model: a LoRA adapter directory (agent-gym sft/train --lora-rank, or a "
-                             "committed experiments/checkpoints/real-*) merged into the model")
-    parser.add_argument("--naive-rag", action="store_true",
-                        help="with --model: the paper's naive RAG baseline, the question searched once by a script, "
-                             "then the model answers (pair it with --max-turns 2)")
-    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                        help="with --model: weights' dtype (auto: bfloat16 where the CPU or GPU runs it natively)")
-    decoding = parser.add_mutually_exclusive_group()
-    decoding.add_argument("--best-of", type=int, default=None, metavar="N",
-                          help="with --model: sample N turns each turn, play the one the policy finds likeliest")
-    decoding.add_argument("--value-guided", type=int, default=None, metavar="N",
-                          help="with --model RUN of a PPO run: sample N turns each turn, play the one its critic "
-                               "values most (the value at the turn's last token)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of those N turns")
-    parser.add_argument("--max-new-tokens", type=int, default=256,
-                        help="with --model: token budget of one model turn (fewer: a cheaper eval on a CPU)")
-    parser.add_argument("--max-turns", type=int, default=None,
-                        help="turns per episode: sets the env's max_turns (an episode cut there pays the env's "
-                             "truncation); default: the env's own")
-    parser.add_argument("--torch-threads", type=int, default=None,
-                        help="with --model: torch.set_num_threads (default: agent_gym.models.threads's measured "
-                             "default; 0 keeps torch's own)")
-    parser.add_argument("--policy-kwarg", action="append", metavar="KEY=VALUE", default=[],
-                        help="option of the scripted policies (repeatable), e.g. --policy-kwarg p_multihop=0.5")
-    parser.add_argument("--episodes", type=int, default=100,
-                        help="episodes, one per task in the env's task order (at most the env's task count)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=None,
-                        help="per-episode JSONL (default: runs/eval-ENV-POLICY-Nep[-SETTINGS-HASH].jsonl, one file "
-                             "per episode count, env kwargs, model and decoding settings); written to "
-                             "OUT's .partial.jsonl until the last episode ends, so an interrupted eval leaves an "
-                             "earlier OUT as it was")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    """The flags of ``eval``: the fields of ``agent_gym.evaluation.EvalConfig``, then the env kwargs."""
+    from agent_gym.evaluation import EvalConfig
+
+    add_dataclass_arguments(parser, EvalConfig, explicit_only=False)
     add_env_kwargs_arguments(parser)
 
 

@@ -12,54 +12,27 @@ from pathlib import Path
 from typing import Any
 
 from agent_gym.cli.args import port_number
+from agent_gym.cli.config_flags import add_dataclass_arguments
 
 __all__ = ["add_index_build_arguments", "add_index_serve_arguments", "run_index_build", "run_index_serve"]
 
 
 def _parse_param(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    for convert in (int, float):
-        try:
-            return key, convert(value)
-        except ValueError:
-            continue
-    return key, value
+    """argparse type of ``--param``: ``build.parse_engine_param``, its refusal as argparse's usage error."""
+    from agent_gym.error import InvalidValue
+    from agent_gym.retrieval_index.build import parse_engine_param
+
+    try:
+        return parse_engine_param(text)
+    except InvalidValue as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_index_build_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the arguments of ``agent-gym index build`` to ``parser``."""
-    from agent_gym.retrieval_index.bm25 import DEFAULT_BM25_BACKEND
-    from agent_gym.retrieval_index.build import BACKENDS
+    from agent_gym.retrieval_index.build import IndexBuildConfig
 
-    parser.add_argument(
-        "--corpus", required=True, help="JSONL corpus ({id,title,text}, BEIR or wiki-18; .gz/.xz ok)"
-    )
-    parser.add_argument(
-        "--backend",
-        default="bm25",
-        choices=BACKENDS,
-        help=f"retrieval engine (bm25 = {DEFAULT_BM25_BACKEND}, chosen by benchmarks/retrieval.py)",
-    )
-    parser.add_argument("--out", required=True, help="index directory to write")
-    parser.add_argument(
-        "--encoder",
-        default=None,
-        help="sentence-transformers model for dense/hybrid (default: all-MiniLM-L6-v2, offline)",
-    )
-    parser.add_argument(
-        "--faiss-index", default=None, choices=("flat", "hnsw", "ivfpq"), help="FAISS index for dense/hybrid"
-    )
-    parser.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        type=_parse_param,
-        metavar="KEY=VALUE",
-        help="engine parameter, repeatable (e.g. k1=0.9 with --backend bm25s or pyserini, nlist=1024 with dense, "
-        "sparse=bm25s with hybrid); tantivy, the bm25 default, takes none (it fixes k1=1.2, b=0.75)",
-    )
+    add_dataclass_arguments(parser, IndexBuildConfig, explicit_only=False, types={"param": _parse_param})
     return parser
 
 
@@ -84,33 +57,9 @@ def run_index_build(namespace: argparse.Namespace) -> int:
 
 def add_index_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the arguments of ``agent-gym index serve`` to ``parser``."""
-    from agent_gym.retrieval_index.server import DEFAULT_K, DEFAULT_MAX_K, DEFAULT_MAX_QUERIES, DEFAULT_MAX_QUERY_CHARS
+    from agent_gym.retrieval_index.server import ServeConfig
 
-    parser.add_argument("index", help="index directory (from `agent-gym index build`), or 'module:function' "
-                                      "naming a factory that returns a Retriever")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="interface to listen on (default: loopback only; 0.0.0.0 exposes the index "
-                             "to the network, unauthenticated)")
-    parser.add_argument("--port", type=port_number, default=8000, help="TCP port (default: 8000)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="worker processes sharing the memory-mapped index (default: 1; threads scale "
-                             "at most 1.3x, processes scale with cores)")
-    parser.add_argument("--max-queries", type=int, default=DEFAULT_MAX_QUERIES,
-                        help=f"most queries per request (default: {DEFAULT_MAX_QUERIES})")
-    parser.add_argument("--max-query-chars", type=int, default=DEFAULT_MAX_QUERY_CHARS,
-                        help=f"longest query in characters (default: {DEFAULT_MAX_QUERY_CHARS})")
-    parser.add_argument("--default-k", type=int, default=DEFAULT_K,
-                        help=f"hits per query when a request gives no k (default: {DEFAULT_K})")
-    parser.add_argument("--max-k", type=int, default=DEFAULT_MAX_K,
-                        help=f"largest k a request may ask for (default: {DEFAULT_MAX_K})")
-    parser.add_argument("--cache", type=int, default=0, metavar="ENTRIES",
-                        help="LRU cache entries per worker; GRPO groups repeat queries (default: 0 = off)")
-    parser.add_argument("--log-level", default="info",
-                        choices=["critical", "error", "warning", "info", "debug"])
-    parser.add_argument("--replicas", type=int, default=None, metavar="N",
-                        help="run N servers of the index on ports PORT .. PORT+N-1 and restart any that exits; "
-                             "clients list them all: RemoteRetriever('http://HOST:PORT,http://HOST:PORT+1,...') "
-                             "balances the load and fails over (default: one server, not supervised)")
+    add_dataclass_arguments(parser, ServeConfig, explicit_only=False, types={"port": port_number})
 
 
 def run_index_serve(namespace: argparse.Namespace) -> int:

@@ -14,8 +14,9 @@ import os
 import shutil
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -28,6 +29,7 @@ from agent_gym.retrieval_index.manifest import MANIFEST_NAME, Manifest
 
 __all__ = [
     "BACKENDS",
+    "IndexBuildConfig",
     "build_index",
     "make_retriever",
     "open_index",
@@ -36,6 +38,51 @@ __all__ = [
 
 BACKENDS = ("bm25", "impact", "tantivy", "bm25s", "pyserini", "dense", "hybrid")
 SPARSE_BACKENDS = ("impact", "tantivy", "bm25s", "pyserini")
+
+
+@dataclass(kw_only=True)
+class IndexBuildConfig:
+    """What ``agent-gym index build`` builds (its flags come from these fields):
+    ``build_index(config.corpus, config.out, config.backend, config.encoder, **config.engine_params())``."""
+
+    corpus: str = field(metadata={"required": True,
+                                  "help": "JSONL corpus ({id,title,text}, BEIR or wiki-18; .gz/.xz ok)"})
+    backend: str = field(default="bm25", metadata={
+        "choices": BACKENDS,
+        "help": f"retrieval engine (bm25 = {DEFAULT_BM25_BACKEND}, chosen by benchmarks/retrieval.py)"})
+    out: str = field(metadata={"required": True, "help": "index directory to write"})
+    encoder: str | None = field(default=None, metadata={
+        "help": "sentence-transformers model for dense/hybrid (default: all-MiniLM-L6-v2, offline)"})
+    faiss_index: Literal["flat", "hnsw", "ivfpq"] | None = field(default=None, metadata={
+        "help": "FAISS index for dense/hybrid"})
+    param: list[Any] = field(default_factory=list, metadata={
+        "append": True, "metavar": "KEY=VALUE",
+        "help": "engine parameter, repeatable (e.g. k1=0.9 with --backend bm25s or pyserini, nlist=1024 with dense, "
+                "sparse=bm25s with hybrid); tantivy, the bm25 default, takes none (it fixes k1=1.2, b=0.75)"})
+
+    def engine_params(self) -> dict[str, Any]:
+        """``param`` (``(key, value)`` pairs, or ``"key=value"`` strings) and ``faiss_index`` as keyword arguments
+        of the engine; a value reads as an int, else a float, else stays text."""
+        params: dict[str, Any] = {}
+        for item in self.param:
+            key, value = parse_engine_param(item) if isinstance(item, str) else item
+            params[key] = value
+        if self.faiss_index:
+            params["faiss_index"] = self.faiss_index
+        return params
+
+
+def parse_engine_param(text: str) -> tuple[str, Any]:
+    """``"k1=0.9"`` -> ``("k1", 0.9)``: an int, else a float, else the text; raises ``InvalidValue`` without ``=``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise InvalidValue(f"expected KEY=VALUE, got {text!r}")
+    for convert in (int, float):
+        try:
+            return key, convert(value)
+        except ValueError:
+            continue
+    return key, value
 # Engines whose build streams the corpus instead of holding it in memory (bm25s keeps every
 # document's token ids; dense encodes in one pass; impact reads the corpus once, keeping its postings).
 STREAMING_ENGINES = ("impact", "tantivy", "pyserini")

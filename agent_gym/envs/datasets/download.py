@@ -25,7 +25,7 @@ import shutil
 import urllib.parse
 import urllib.request
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,16 @@ _SPLIT_ALIASES = {"dev": "dev", "validation": "dev", "val": "dev", "train": "tra
 _COMPRESSED_SUFFIXES = (".gz", ".xz")
 _CHUNK_BYTES = 1 << 20
 _LEDGER_NAME = "checksums.json"
+
+
+@dataclass
+class DatasetFileConfig:
+    """Which official dataset file ``agent-gym data fetch`` and ``data where`` look for (their flags come from
+    these fields): ``fetch(config.name, config.split, setting=config.setting)``."""
+
+    name: str = field(metadata={"positional": True, "help": "hotpotqa, 2wikimultihopqa or musique"})
+    split: str = field(default="dev", metadata={"help": "dev or train"})
+    setting: str | None = field(default=None, metadata={"help": "HotpotQA only: distractor (default) or fullwiki"})
 
 
 class DatasetNotAvailable(AgentGymError, FileNotFoundError):
