@@ -59,6 +59,10 @@ RECIPES = {
                 flags=("--dynamic-sampling", "--balance-by", "hops")),
         Variant("gigpo", "GiGPO, dynamic sampling, balanced by hops", "gigpo",
                 flags=("--dynamic-sampling", "--balance-by", "hops")),
+        # after the probes collapsed to one search at lr 1e-4: a five times smaller step
+        Variant("grpo_lr2e-5", "GRPO, lr 2e-5", "grpo", flags=("--lr", "2e-5")),
+        Variant("gigpo_lr2e-5", "GiGPO, lr 2e-5, dynamic sampling, balanced by hops", "gigpo",
+                flags=("--dynamic-sampling", "--balance-by", "hops", "--lr", "2e-5")),
         Variant("reinforce_pp", "REINFORCE++", "reinforce_pp"),
         Variant("rloo", "RLOO", "rloo"),
         Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", flags=("--no-use-loss-mask",),
@@ -111,7 +115,7 @@ def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: 
         "train", "--env", ENV_ID, "--model", args.model, "--adapter", str(start), "--dtype", "auto",
         "--env-kwargs", json.dumps({**MIX_TRAIN, "reward": recipe.reward}),
         "--eval-env-kwargs", json.dumps({**CURVE_WORLD, "hops": [1, 2], "reward": recipe.reward}),
-        "--algo", recipe.algo, *recipe.flags,
+        "--algo", recipe.algo,
         "--seed", str(seed), "--total-steps", str(total_steps),
         "--tasks-per-step", str(args.tasks_per_step), "--group-size", str(args.group_size),
         "--lr", str(args.lr), "--temperature", "1.0", "--max-new-tokens", str(MAX_NEW_TOKENS),
@@ -120,6 +124,7 @@ def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: 
         "--eval-every", "0",  # the curves are played by this script, split by hop count
         "--save-every", str(args.chunk), "--keep-checkpoints", "2", "--torch-threads", "1",
         "--output-dir", str(directory), *fresh_flags(directory), "--no-show-progress", "--no-tensorboard",
+        *recipe.flags,  # last, so a recipe may override a shared setting (argparse keeps the last value)
     )
 
 

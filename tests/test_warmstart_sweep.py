@@ -84,6 +84,18 @@ def test_rl_campaign_counts_steps_from_the_metrics_and_reads_a_committed_run(tmp
     assert rl_campaign.repo_start("grpo", 0) == (tmp_path / "rl-grpo-s0", 25)
 
 
+def test_a_recipe_flag_overrides_the_campaign_setting_it_repeats(tmp_path: Path) -> None:
+    import argparse
+
+    import rl_campaign
+
+    args = argparse.Namespace(model="m", tasks_per_step=4, group_size=8, lr=1e-4, micro_batch_size=2, chunk=5)
+    command = rl_campaign.train_command(args, tmp_path / "warm", rl_campaign.RECIPES["grpo_lr2e-5"], 0, 5, tmp_path)
+    assert [command[i + 1] for i, flag in enumerate(command) if flag == "--lr"][-1] == "2e-5"  # argparse: last wins
+    plain = rl_campaign.train_command(args, tmp_path / "warm", rl_campaign.RECIPES["grpo"], 0, 5, tmp_path)
+    assert [plain[i + 1] for i, flag in enumerate(plain) if flag == "--lr"] == ["0.0001"]
+
+
 def test_rl_campaign_summary_plays_nothing_while_no_run_has_its_final_eval(tmp_path: Path, monkeypatch) -> None:
     import argparse
 
