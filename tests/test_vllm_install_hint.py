@@ -42,3 +42,12 @@ def test_train_with_backend_vllm_without_vllm_exits_2_with_one_line(
     out = capsys.readouterr().out
     assert out.startswith("agent-gym train: the vllm backend needs vLLM") and out.count("\n") == 1
     assert "bash scripts/make_vllm_venv.sh" in out
+
+
+def test_each_request_is_cut_to_the_room_the_engine_has_and_a_prompt_with_none_is_a_clear_error() -> None:
+    from agent_gym.trainers.backends.vllm_backend import request_max_tokens
+
+    # vLLM refuses the whole batch when one request runs past max_model_len (a 528-token prompt at 512 did)
+    assert request_max_tokens([10, 60, 63], max_new_tokens=8, max_model_len=64) == [8, 4, 1]
+    with pytest.raises(GenerationError, match=r"prompt of 528 tokens .* max_model_len of 512 .*--max-context-tokens"):
+        request_max_tokens([100, 528], max_new_tokens=64, max_model_len=512)

@@ -61,6 +61,7 @@ def run_train(ns: argparse.Namespace) -> int:
 
     from agent_gym.error import AgentGymError
     from agent_gym.trainers import metrics as m
+    from agent_gym.trainers.backends.base import GenerationError
     from agent_gym.trainers.checkpoint import CheckpointError
     from agent_gym.trainers.run_dir import RunDirectoryError
     from agent_gym.trainers.trainer import Trainer, TrainingInterrupted
@@ -84,7 +85,7 @@ def run_train(ns: argparse.Namespace) -> int:
             print(f"resumed from step {trainer.step} ({trainer.resumed_from})", flush=True)
         started = trainer.step
         metrics = trainer.train()
-    except (CheckpointError, RunDirectoryError, *pool_errors) as error:
+    except (CheckpointError, RunDirectoryError, GenerationError, *pool_errors) as error:
         print(f"agent-gym train: {error}")
         return 2
     except TrainingInterrupted as stopped:

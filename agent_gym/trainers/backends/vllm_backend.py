@@ -37,6 +37,24 @@ _ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 _CPU_ENGINE_ENV = {"TORCHDYNAMO_DISABLE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
+def request_max_tokens(prompt_lengths: Sequence[int], max_new_tokens: int, max_model_len: int) -> list[int]:
+    """Each request's ``max_tokens``: the sampler's budget cut to the room the engine has left after the prompt.
+
+    vLLM refuses a whole batch when one request would run past ``max_model_len``, so the room is checked here, and a
+    prompt that leaves none is a clear error instead of the engine's.
+
+    >>> request_max_tokens([10, 60], max_new_tokens=8, max_model_len=64)
+    [8, 4]
+    """
+    longest = max(prompt_lengths, default=0)
+    if longest >= max_model_len:
+        raise GenerationError(
+            f"a prompt of {longest} tokens leaves no room to generate under the engine's max_model_len of "
+            f"{max_model_len} (the trainer's --max-context-tokens): raise it, or give the env a shorter context"
+        )
+    return [min(max_new_tokens, max_model_len - length) for length in prompt_lengths]
+
+
 def vllm_available() -> bool:
     """Whether `vllm` can be imported here."""
     try:
@@ -93,6 +111,7 @@ class VLLMBackend(GenerationBackend):
 
         model_path = resolve_model(model_path)  # a known name (smollm2-135m-instruct) loads its converted dir
         self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
         self._closed = False
         # A GRPO group's G samples and an episode's later turns share their prompt: computed once (reset after
         # each weight sync, since cached keys/values belong to the old policy).
@@ -116,12 +135,13 @@ class VLLMBackend(GenerationBackend):
         from vllm import TokensPrompt
 
         validate_prompts(prompts, self.vocab_size)
+        budgets = request_max_tokens([len(prompt) for prompt in prompts], params.max_new_tokens, self.max_model_len)
 
         def sampling(index: int) -> Any:
             # One seed per request: vLLM seeds each request's noise on its own, so equal seeds on the equal
             # prompts of a GRPO group would give equal samples.
             return VLLMSamplingParams(
-                max_tokens=params.max_new_tokens,
+                max_tokens=budgets[index],
                 temperature=params.temperature,
                 top_p=params.top_p,
                 stop_token_ids=list(params.stop_token_ids),
