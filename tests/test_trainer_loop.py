@@ -437,7 +437,7 @@ def test_advantage_mask_decides_if_env_tokens_get_advantages(tiny_model_dir, tmp
     trainer = _trainer(_config(tiny_model_dir, tmp_path, use_advantage_mask=advantage_mask, kl_coef=0.0))
     batch = _collected_batch(trainer)
     targets = trainer.compute_advantages(batch, trainer.score(batch))
-    env_tokens = (batch.response_mask - batch.model_token_mask).bool()
+    env_tokens = (batch.response_mask - batch.loss_mask).bool()
     assert env_tokens.any()
     env_advantage = targets.advantages[env_tokens].abs().sum()
     assert (env_advantage > 0) == (not advantage_mask)

@@ -131,7 +131,7 @@ def test_collector_with_vllm_keeps_logprobs_that_match_the_policy(engine):
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logprobs = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
-    mask = batch.model_token_mask[:, 1:].bool()
+    mask = batch.loss_mask[:, 1:].bool()
     assert torch.allclose(logprobs[mask], batch.sampling_logprobs[:, 1:][mask], atol=1e-5)
 
 
