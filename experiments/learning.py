@@ -451,7 +451,8 @@ def plot_curves(out: Path, records: Sequence[dict[str, Any]], warm: dict[str, An
                              ("entropy_curve", axes[2], "entropy (model tokens)")):
         by_variant: dict[str, list[dict[int, float]]] = {}
         for record in records:
-            by_variant.setdefault(record["run"].rsplit("-s", 1)[0], []).append(dict(record[key]))
+            if key in record:  # the sweep's SFT records (algorithm "sft") have no training curve
+                by_variant.setdefault(record["run"].rsplit("-s", 1)[0], []).append(dict(record[key]))
         for index, (name, curves) in enumerate(by_variant.items()):
             steps = sorted(set.intersection(*(set(curve) for curve in curves)))
             if not steps:

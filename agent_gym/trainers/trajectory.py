@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from agent_gym.episode_summary import EpisodeSummary
-from agent_gym.error import InvalidValue
+from agent_gym.error import InvalidValue, KeyNotFound
 from agent_gym.trainers.batch import TokenBatch
 
 
@@ -126,7 +126,7 @@ class _SampleInfo(dict):
     def __missing__(self, key: Any) -> Any:
         found, value = self._legacy(key)
         if not found:
-            raise KeyError(key)
+            raise KeyNotFound(f"trajectory info has no key {key!r}")
         return value
 
     def get(self, key: Any, default: Any = None) -> Any:
