@@ -46,6 +46,8 @@ SECOND_WORLD = {**HELD_OUT, "world_seed": 1}
 CHECKPOINTS = ROOT / "experiments" / "checkpoints"
 CURVE_EVERY, PUBLISH_EVERY = 10, 25
 
+WARM = "{warm}"  # in a recipe's flags: the chosen warm start's adapter directory
+
 RECIPES = {
     v.name: v
     for v in (
@@ -63,6 +65,11 @@ RECIPES = {
         Variant("grpo_lr2e-5", "GRPO, lr 2e-5", "grpo", flags=("--lr", "2e-5")),
         Variant("gigpo_lr2e-5", "GiGPO, lr 2e-5, dynamic sampling, balanced by hops", "gigpo",
                 flags=("--dynamic-sampling", "--balance-by", "hops", "--lr", "2e-5")),
+        # a KL term that pulls toward the warm start itself (WARM: the chosen adapter, even for a run continued
+        # from a committed one), so that the habit one hop count does not reward fades no faster than the other
+        # hop count can pull it back
+        Variant("grpo_lr2e-5_kl", "GRPO, lr 2e-5, KL 0.1 to the warm start", "grpo",
+                flags=("--lr", "2e-5", "--kl-coef", "0.1", "--kl-reference", WARM)),
         Variant("reinforce_pp", "REINFORCE++", "reinforce_pp"),
         Variant("rloo", "RLOO", "rloo"),
         Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", flags=("--no-use-loss-mask",),
@@ -110,7 +117,9 @@ def steps_done(directory: Path) -> int:
 
 
 def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: int, total_steps: int,
-                  directory: Path) -> list[str]:
+                  directory: Path, warm: Path | None = None) -> list[str]:
+    """The `agent-gym train` command of one chunk; ``warm`` fills the recipe flags' `WARM` (default: ``start``)."""
+    flags = [str(warm or start) if flag == WARM else flag for flag in recipe.flags]
     return _agent_gym(
         "train", "--env", ENV_ID, "--model", args.model, "--adapter", str(start), "--dtype", "auto",
         "--env-kwargs", json.dumps({**MIX_TRAIN, "reward": recipe.reward}),
@@ -122,9 +131,10 @@ def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: 
         "--max-context-tokens", "2048", "--micro-batch-size", str(args.micro_batch_size),
         "--kl-coef", "0",  # no reference model: verl's 0.001 is negligible here and costs a forward pass
         "--eval-every", "0",  # the curves are played by this script, split by hop count
+        "--metrics-by", "hops",  # the rollout's habits per hop count (charts/tool_calls/1, .../2), logging only
         "--save-every", str(args.chunk), "--keep-checkpoints", "2", "--torch-threads", "1",
         "--output-dir", str(directory), *fresh_flags(directory), "--no-show-progress", "--no-tensorboard",
-        *recipe.flags,  # last, so a recipe may override a shared setting (argparse keeps the last value)
+        *flags,  # last, so a recipe may override a shared setting (argparse keeps the last value)
     )
 
 
@@ -244,7 +254,7 @@ def run_one(args: argparse.Namespace, recipe: str, seed: int, warm: Path, timing
     while (done := offset + steps_done(directory)) < args.steps:
         target, curve_due, publish_due = next_chunk(done, args.steps, args.chunk)
         began = time.perf_counter()
-        _run(train_command(args, start, RECIPES[recipe], seed, target - offset, directory),
+        _run(train_command(args, start, RECIPES[recipe], seed, target - offset, directory, warm),
              Path(args.out) / "logs" / f"{label}.log", f"train {label}")
         timings.record(f"rl {label}", time.perf_counter() - began)
         if curve_due:

@@ -97,6 +97,49 @@ def test_the_trainer_continues_a_saved_adapter_and_samples_it_merged(tiny_model_
         trainer.close()
 
 
+def test_kl_reference_start_anchors_to_the_warm_start_and_base_to_the_model_under_it(
+    tiny_model_dir_for_synthhop: Path, tmp_path: Path
+) -> None:
+    from agent_gym.trainers.config import ConfigError, TrainConfig
+    from agent_gym.trainers.trainer import Trainer
+
+    peft_model = _trained_adapter(tiny_model_dir_for_synthhop)
+    peft_model.save_pretrained(tmp_path / "warm")
+    other = _trained_adapter(tiny_model_dir_for_synthhop)
+    with torch.no_grad():  # a second adapter, different from the warm start
+        for name, parameter in other.named_parameters():
+            if "lora_B" in name:
+                parameter.mul_(-1.0)
+    other.save_pretrained(tmp_path / "other")
+    base, _ = load_model_and_tokenizer(tiny_model_dir_for_synthhop)
+    ids = torch.randint(0, 500, (1, 16), generator=torch.Generator().manual_seed(4))
+
+    def reference_logits(reference: str) -> torch.Tensor:
+        config = TrainConfig(env_id="AgentR1-SynthHop-v0", env_kwargs=TINY_SYNTHHOP,
+                             model=str(tiny_model_dir_for_synthhop), adapter=str(tmp_path / "warm"), dtype="float32",
+                             tasks_per_step=1, group_size=2, total_steps=1, max_new_tokens=8, kl_coef=0.1,
+                             kl_reference=reference, output_dir=str(tmp_path / reference.replace("/", "_")),
+                             eval_every=0, show_progress=False, tensorboard=False, torch_threads=1)
+        trainer = Trainer(config)
+        try:
+            if trainer.reference is None:  # base: the policy with its adapter off, no copy
+                with trainer.model.disable_adapter():
+                    return _logits(trainer.model, ids)
+            assert not any(p.requires_grad for p in trainer.reference.parameters())
+            return _logits(trainer.reference, ids)
+        finally:
+            trainer.close()
+
+    assert torch.allclose(reference_logits("start"), _logits(peft_model, ids), atol=1e-5)
+    assert torch.allclose(reference_logits("base"), _logits(base, ids), atol=1e-5)
+    assert torch.allclose(reference_logits(str(tmp_path / "other")), _logits(other, ids), atol=1e-5)
+    assert not torch.allclose(_logits(other, ids), _logits(peft_model, ids), atol=1e-3)
+    with pytest.raises(Exception, match="not a LoRA adapter directory"):
+        reference_logits(str(tmp_path))
+    with pytest.raises(ConfigError, match="kl_reference"):
+        TrainConfig(kl_reference=" ").validate()
+
+
 def test_bf16_is_the_default_only_where_the_cpu_computes_it_natively_and_it_measured_faster(tmp_path: Path) -> None:
     assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "avx512_bf16"}), speedup=2.4) == torch.bfloat16
     assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "amx_bf16"}), speedup=1.6) == torch.bfloat16

@@ -167,6 +167,23 @@ def test_balance_by_hops_gives_each_hop_count_the_same_loss_weight_and_logs_its_
     assert metrics[f"{m.INFORMATIVE_GROUPS}/1"] == pytest.approx(2 / 4)
 
 
+def test_metrics_by_hops_splits_the_rollout_metrics_without_touching_the_update(tmp_path):
+    trainer = _trainer(tmp_path, metrics_by="hops", tasks_per_step=6, env_kwargs={"turns": 2})
+    spy = Spy(trainer)
+    metrics = trainer.train_step()
+    trajectories = spy.rounds[0]
+    for hops in ("1", "2"):
+        mine = [t for t in trajectories if str(t.episode.task_fields["hops"]) == hops]
+        assert metrics[f"charts/reward/{hops}"] == pytest.approx(sum(t.episode.reward for t in mine) / len(mine))
+        assert metrics[f"charts/turns/{hops}"] == pytest.approx(2.0)
+        groups = list(_groups_of(mine).values())
+        share = sum(max(g) > min(g) for g in groups) / len(groups)
+        assert metrics[f"{m.INFORMATIVE_GROUPS}/{hops}"] == pytest.approx(share)
+    update = spy.updates[0]
+    plain = Trainer.compute_advantages(trainer, update.tokens, update.scored)
+    assert torch.equal(update.targets.advantages, plain.advantages)  # a split of the logs, not a balance
+
+
 def test_a_field_the_env_does_not_give_stops_the_step_with_its_name(tmp_path):
     trainer = _trainer(tmp_path, balance_by="level")
     with pytest.raises(ValueError, match="balance_by='level'"):

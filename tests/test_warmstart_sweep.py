@@ -94,6 +94,13 @@ def test_a_recipe_flag_overrides_the_campaign_setting_it_repeats(tmp_path: Path)
     assert [command[i + 1] for i, flag in enumerate(command) if flag == "--lr"][-1] == "2e-5"  # argparse: last wins
     plain = rl_campaign.train_command(args, tmp_path / "warm", rl_campaign.RECIPES["grpo"], 0, 5, tmp_path)
     assert [plain[i + 1] for i, flag in enumerate(plain) if flag == "--lr"] == ["0.0001"]
+    assert "--kl-reference" not in plain and plain[plain.index("--kl-coef") + 1] == "0"
+    # a run continued from a committed adapter still anchors its KL to the warm start
+    anchored = rl_campaign.train_command(args, tmp_path / "rl-committed", rl_campaign.RECIPES["grpo_lr2e-5_kl"], 0, 5,
+                                         tmp_path, warm=tmp_path / "warm75")
+    assert anchored[anchored.index("--adapter") + 1] == str(tmp_path / "rl-committed")
+    assert anchored[anchored.index("--kl-reference") + 1] == str(tmp_path / "warm75")
+    assert [anchored[i + 1] for i, flag in enumerate(anchored) if flag == "--kl-coef"][-1] == "0.1"
 
 
 def test_rl_campaign_summary_plays_nothing_while_no_run_has_its_final_eval(tmp_path: Path, monkeypatch) -> None:

@@ -156,6 +156,14 @@ class TrainConfig:
             "charts/informative_groups/<value>. Empty: no balance."
         ),
     )
+    metrics_by: str = field(
+        default="",
+        metadata=_help(
+            "A task field (as for balance_by) whose values split the rollout's episode metrics: logs "
+            "charts/<metric>/<value> (reward, turns, em, f1, ...) and charts/informative_groups/<value>, e.g. "
+            "hops, to see whether 1-hop and 2-hop questions learn different habits. Empty: no split."
+        ),
+    )
     gigpo_step_weight: float = field(
         default=1.0,
         metadata=_help("GiGPO's omega: the weight of the step-level advantage added to GRPO's (1 in GiGPO)."),
@@ -198,6 +206,15 @@ class TrainConfig:
             "Coefficient of the KL-to-reference term in the loss (Agent-R1/verl kl_loss_coef=0.001); 0 skips "
             "the "
             "reference model."
+        ),
+    )
+    kl_reference: str = field(
+        default="base",
+        metadata=_help(
+            "The model the KL terms pull toward. base: the pretrained model (with LoRA its adapters off; with "
+            "adapter, the model under that warm start). start: the policy as this run began (verl's reference; "
+            "with adapter, the warm start merged in; otherwise the same as base). Or a LoRA adapter directory, "
+            "merged into the base (the warm start of a run continued from a later adapter)."
         ),
     )
     kl_estimator: str = field(
@@ -503,6 +520,8 @@ class TrainConfig:
                 "critic=lora shares the policy's layers, which gradient checkpointing would recompute without the "
                 "critic's adapters; use critic=full, or drop gradient_checkpointing"
             )
+        if not self.kl_reference.strip():
+            raise ConfigError("kl_reference must be base, start or a LoRA adapter directory, got ''")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         if self.lora_layers < 0 or (self.lora_layers and not self.lora_rank):

@@ -24,11 +24,16 @@ from collections.abc import Sequence
 import torch
 
 from agent_gym.contract import TASK_FIELDS
+from agent_gym.episode_summary import summarize_episodes
 from agent_gym.error import InvalidValue
 from agent_gym.trainers.dynamic_sampling import informative_groups
-from agent_gym.trainers.trajectory import Trajectory, group_index
+from agent_gym.trainers.trajectory import Trajectory, episode_summary, group_index
 
-__all__ = ["balance_weights", "informative_share_by_kind", "row_loss_weights", "task_kinds"]
+__all__ = ["balance_weights", "informative_share_by_kind", "metrics_by_kind", "row_loss_weights", "task_kinds"]
+
+#: The episode metrics logged per kind (``charts/<name>/<kind>``); tool_calls tells a habit apart (on SynthHop,
+#: searches per episode: 1 answers after the first page, 2 searches again).
+KIND_METRICS = ("reward", "turns", "tool_calls", "em", "f1")
 
 
 def task_kinds(trajectories: Sequence[Trajectory], field: str) -> list[str]:
@@ -89,3 +94,17 @@ def informative_share_by_kind(trajectories: Sequence[Trajectory], field: str) ->
         count[0] += int(flags[group])
         count[1] += 1
     return {kind: informative / total for kind, (informative, total) in sorted(counts.items())}
+
+
+def metrics_by_kind(trajectories: Sequence[Trajectory], field: str, prefix: str = "charts") -> dict[str, float]:
+    """``prefix/<metric>/<kind>`` for each of `KIND_METRICS` over the episodes of each value of task field
+    ``field`` (an episode split into step-level samples counts once, by its first sample)."""
+    episodes: dict[str, list] = {}
+    for trajectory, kind in zip(trajectories, task_kinds(trajectories, field), strict=True):
+        if trajectory.info.get("sample_index", 0) == 0:
+            episodes.setdefault(kind, []).append(episode_summary(trajectory))
+    metrics = {}
+    for kind, kind_episodes in sorted(episodes.items()):
+        summary = summarize_episodes(kind_episodes)
+        metrics.update({f"{prefix}/{name}/{kind}": float(summary[name]) for name in KIND_METRICS if name in summary})
+    return metrics

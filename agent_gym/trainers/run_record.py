@@ -71,6 +71,7 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     # what it shows and where it writes
     "show_progress": "progress bars",
     "tensorboard": "an extra copy of the metrics",
+    "metrics_by": "which extra metrics are logged",
     "output_dir": "the run directory may move",
     "resume": "how the checkpoint is found",
     "overwrite": "a resumed run overwrites nothing",

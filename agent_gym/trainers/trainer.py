@@ -63,6 +63,7 @@ from agent_gym.trainers.dynamic_sampling import fill_with_informative_groups, ro
 from agent_gym.trainers.kind_balance import (
     balance_weights,
     informative_share_by_kind,
+    metrics_by_kind,
     row_loss_weights,
     task_kinds,
 )
@@ -93,6 +94,21 @@ StepCallback = Callable[["Trainer", dict[str, float]], None]
 _RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "final", RECORD_FILE)
 # What a checkpoint from before run records was checked on (each shapes what the checkpoint holds).
 _LEGACY_RESUME_KEYS = ("model", "algo", "env_id", "lora_rank", "critic")
+
+
+def _merged_reference(base: torch.nn.Module, reference: str, adapter: str) -> torch.nn.Module | None:
+    """A frozen plain copy of ``base`` with an adapter folded in: the warm start (``start`` with ``adapter``) or the
+    adapter directory ``reference`` names; None where the reference is the base itself (a fresh LoRA)."""
+    path = adapter if reference == "start" else reference
+    if not path:
+        return None
+    from agent_gym.models.lora_weights import merged_tensors
+    from agent_gym.models.model_init import load_adapter
+
+    plain = copy.deepcopy(base).eval().requires_grad_(False)
+    wrapped = load_adapter(copy.deepcopy(base), path)
+    plain.load_state_dict(dict(merged_tensors(wrapped)))
+    return plain
 
 
 def _seed_everything(seed: int) -> None:
@@ -154,10 +170,12 @@ class Trainer:
             model.config.use_cache = False
 
         needs_reference = config.kl_coef > 0 or config.kl_in_reward_coef > 0
-        # With LoRA the reference is the base model with adapters disabled: no second copy in memory.
+        # With LoRA and reference "base" the reference is the policy with adapters disabled: no second copy.
         self.reference: torch.nn.Module | None = None
         if needs_reference and config.lora_rank == 0 and not config.adapter:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        elif needs_reference and config.kl_reference != "base":
+            self.reference = _merged_reference(model, config.kl_reference, config.adapter)
         self.critic: ValueModel | LoraValueModel | None = None
         if ESTIMATORS[config.algo].needs_critic and config.critic == "full":  # a copy of the plain body
             self.critic = ValueModel.from_policy(model).to(self.device)
@@ -595,9 +613,11 @@ class Trainer:
             metrics[m.INFORMATIVE_GROUPS] = sampled.informative_share
         if config.dynamic_sampling:
             metrics[m.SAMPLING_ROUNDS] = float(sampled.rounds)
-        if config.balance_by:
-            for kind, share in informative_share_by_kind(sampled.sampled, config.balance_by).items():
+        for field_name in dict.fromkeys(name for name in (config.balance_by, config.metrics_by) if name):
+            for kind, share in informative_share_by_kind(sampled.sampled, field_name).items():
                 metrics[f"{m.INFORMATIVE_GROUPS}/{kind}"] = share
+        if config.metrics_by:
+            metrics.update(metrics_by_kind(sampled.sampled, config.metrics_by))
         self.backend.sync_weights(self.model)
         return metrics
 
