@@ -209,7 +209,7 @@ class _BM25sNumba:
     def __init__(self, directory: Path, docs: object, threads: int) -> None:
         import bm25s
 
-        from agent_gym.retrieval_index.bm25 import EnglishAnalyzer
+        from agent_gym.retrieval_index.engines.english_analyzer import EnglishAnalyzer
 
         self.model = bm25s.BM25.load(str(directory / "bm25s"), mmap=True, show_progress=False)
         self.model.backend = "numba"
@@ -234,19 +234,19 @@ def worker_build(backend: str, workdir: Path, args: argparse.Namespace) -> dict:
     docs = CorpusFile(workdir / "corpus.jsonl")
     start = time.perf_counter()
     if backend == "tantivy":
-        from agent_gym.retrieval_index.bm25 import TantivyBM25
+        from agent_gym.retrieval_index.engines.tantivy_bm25s import TantivyBM25
 
         TantivyBM25.build(docs, index_dir, store_docs=False, show_progress=False)
     elif backend in ("bm25s", "bm25s-numba"):
-        from agent_gym.retrieval_index.bm25 import BM25sRetriever
+        from agent_gym.retrieval_index.engines.tantivy_bm25s import BM25sRetriever
 
         BM25sRetriever.build(docs, index_dir, store_docs=False, show_progress=False)
     elif backend == "impact":
-        from agent_gym.retrieval_index.impact import ImpactBM25
+        from agent_gym.retrieval_index.engines.impact_bm25 import ImpactBM25
 
         ImpactBM25.build(docs, index_dir, store_docs=False, show_progress=False)
     elif backend == "pyserini":
-        from agent_gym.retrieval_index.pyserini_backend import PyseriniBM25
+        from agent_gym.retrieval_index.engines.pyserini_bm25 import PyseriniBM25
 
         PyseriniBM25.build(docs, index_dir, store_docs=False, show_progress=False, threads=args.threads,
                            heap=args.heap)
@@ -261,22 +261,22 @@ def _open(backend: str, workdir: Path, args: argparse.Namespace) -> object:
     if backend == "bm25s-numba":
         return _BM25sNumba(index_dir, docs, args.threads)
     if backend == "tantivy":
-        from agent_gym.retrieval_index.bm25 import TantivyBM25
+        from agent_gym.retrieval_index.engines.tantivy_bm25s import TantivyBM25
 
         retriever = TantivyBM25.open(index_dir, docs)
     elif backend == "bm25s":
-        from agent_gym.retrieval_index.bm25 import BM25sRetriever
+        from agent_gym.retrieval_index.engines.tantivy_bm25s import BM25sRetriever
 
         retriever = BM25sRetriever.open(index_dir, docs)
     elif backend == "impact":
-        from agent_gym.retrieval_index.impact import ImpactBM25
+        from agent_gym.retrieval_index.engines.impact_bm25 import ImpactBM25
 
         retriever = ImpactBM25.open(index_dir, docs)
     else:
-        from agent_gym.retrieval_index.pyserini_backend import configure_jvm
+        from agent_gym.retrieval_index.engines.pyserini_bm25 import configure_jvm
 
         configure_jvm(args.heap)
-        from agent_gym.retrieval_index.pyserini_backend import PyseriniBM25
+        from agent_gym.retrieval_index.engines.pyserini_bm25 import PyseriniBM25
 
         retriever = PyseriniBM25.open(index_dir, docs)
     retriever._threads = args.threads
@@ -396,7 +396,7 @@ def _stale_index(backend: str, workdir: Path) -> bool:
     """Whether a cached index was written in a format the engine no longer reads (impact before compression)."""
     if backend != "impact":
         return False
-    from agent_gym.retrieval_index import impact
+    from agent_gym.retrieval_index.engines import impact_bm25 as impact
 
     params = workdir / f"index-{backend}" / "impact" / "params.json"
     return not params.is_file() or json.loads(params.read_text()).get("format") != impact._FORMAT

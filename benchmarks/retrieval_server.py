@@ -3,7 +3,7 @@
 The peer is set up the way Search-R1's retrieval server is (and the FlashRAG and rLLM servers that
 follow it): one FastAPI process, a synchronous ``POST /retrieve`` endpoint that FastAPI runs in its
 thread pool, one shared Pyserini ``LuceneSearcher`` searching each query of a request with
-``search(query, k)``, documents fetched by docid. Ours is ``agent_gym.retrieval_index.server``
+``search(query, k)``, documents fetched by docid. Ours is ``agent_gym.retrieval_index.service.server``
 (one worker, the default BM25 engine), answering the same ``/retrieve`` request shape. Both serve
 the same corpus (the synthetic world, ``--pages`` pages) with Lucene's BM25 k1 = 1.2, b = 0.75.
 
@@ -47,7 +47,7 @@ def peer_app(index_dir: str) -> object:
     from pydantic import BaseModel
 
     from agent_gym.retrieval_index.corpus import DocStore
-    from agent_gym.retrieval_index.pyserini_backend import configure_jvm
+    from agent_gym.retrieval_index.engines.pyserini_bm25 import configure_jvm
 
     configure_jvm()
     from pyserini.search.lucene import LuceneSearcher
@@ -93,7 +93,7 @@ def run_peer(index_dir: str, port: int) -> None:
 
 
 def run_ours(index_dir: str, port: int) -> None:
-    from agent_gym.retrieval_index.server import serve
+    from agent_gym.retrieval_index.service.server import serve
 
     serve(index_dir, host="127.0.0.1", port=port, workers=1, log_level="warning")
 
@@ -202,7 +202,7 @@ def prepare(cache: Path, pages: int) -> tuple[Path, list[str]]:
     from agent_gym.envs.synthetic_world import generate_world
     from agent_gym.retrieval_index.build import build_index
     from agent_gym.retrieval_index.corpus import CorpusFile, write_corpus
-    from agent_gym.retrieval_index.pyserini_backend import PyseriniBM25
+    from agent_gym.retrieval_index.engines.pyserini_bm25 import PyseriniBM25
 
     workdir = cache / f"server-{pages}"
     index_dir = workdir / "index"

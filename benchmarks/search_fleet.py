@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 
 from agent_gym.retrieval_index.base import RetrievalError
-from agent_gym.retrieval_index.client import RemoteRetriever, wait_until_ready
+from agent_gym.retrieval_index.service.client import RemoteRetriever, wait_until_ready
 
 
 def build_corpus_index(num_pages: int, out_dir: Path) -> tuple[Path, list[str]]:

@@ -94,12 +94,12 @@ def model_naive_rag(model: str | Path, episodes: int, env_kwargs: dict[str, Any]
                     ) -> dict[str, float]:
     """Naive RAG with the model (the paper's baseline): the question searched once, then the model's answer turn."""
 
+    from agent_gym.agents.model_naive_rag import ModelNaiveRAGPolicy
+    from agent_gym.agents.model_policy import ModelPolicy
     from agent_gym.evaluation import evaluate
     from agent_gym.make import make_env
     from agent_gym.models.model_init import load_model_and_tokenizer
     from agent_gym.models.precision import resolve_dtype
-    from agent_gym.trainers.model_naive_rag import ModelNaiveRAGPolicy
-    from agent_gym.trainers.model_policy import ModelPolicy
 
     loaded, tokenizer = load_model_and_tokenizer(model, dtype=resolve_dtype("auto"))
     policy = ModelNaiveRAGPolicy(ModelPolicy(loaded, tokenizer, max_new_tokens=MAX_NEW_TOKENS,

@@ -22,7 +22,7 @@ import agent_gym  # noqa: F401 - registers the ids
 from agent_gym.adapters.openenv import RemoteEnv, RemoteEnvError
 from agent_gym.adapters.openenv_server import create_env_app, env_server_config
 from agent_gym.contract import check_tool_env_contract
-from agent_gym.retrieval_index.server import bind_socket
+from agent_gym.retrieval_index.service.server import bind_socket
 
 SMALL = {"hops": 1, "num_pages": 200, "num_questions": 10}
 
@@ -246,7 +246,7 @@ def test_a_killed_server_gives_a_clear_error_not_a_hang(tmp_path):
     port_file = tmp_path / "port"
     code = ("import gymnasium as gym, uvicorn, agent_gym\n"
             "from agent_gym.adapters.openenv_server import create_env_app\n"
-            "from agent_gym.retrieval_index.server import bind_socket\n"
+            "from agent_gym.retrieval_index.service.server import bind_socket\n"
             "sock = bind_socket('127.0.0.1', 0)\n"
             f"open({str(port_file)!r}, 'w').write(str(sock.getsockname()[1]))\n"
             f"app = create_env_app(lambda: gym.make('AgentR1-SynthHop-v0', **{SMALL!r}))\n"

@@ -17,7 +17,7 @@ ENV_KWARGS = {"env_kwarg", "env_kwargs"}  # CLI-only: shared by every env comman
 COMMAND_CONFIGS = {
     "eval": ("agent_gym.evaluation:EvalConfig", ENV_KWARGS),
     "index build": ("agent_gym.retrieval_index.build:IndexBuildConfig", set()),
-    "index serve": ("agent_gym.retrieval_index.server:ServeConfig", set()),
+    "index serve": ("agent_gym.retrieval_index.service.server:ServeConfig", set()),
     "bench": ("agent_gym.bench.runners:BenchConfig", ENV_KWARGS),
     "env serve": ("agent_gym.adapters.openenv_server:EnvServeConfig", ENV_KWARGS),
     "data fetch": ("agent_gym.envs.datasets.download:DatasetFileConfig", set()),

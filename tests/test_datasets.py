@@ -605,8 +605,8 @@ def test_data_shares_the_models_cache_root(home, monkeypatch):
 
 def test_models_data_kernels_and_embeddings_share_one_cache_root(home, monkeypatch):
     from agent_gym.models.pretrained import cache_root
-    from agent_gym.retrieval_index.dense import default_embedding_cache
-    from agent_gym.retrieval_index.impact import kernel_cache_dir
+    from agent_gym.retrieval_index.engines.dense_faiss import default_embedding_cache
+    from agent_gym.retrieval_index.engines.impact_bm25 import kernel_cache_dir
 
     monkeypatch.setenv("AGENT_GYM_CACHE", str(home / "shared"))
     roots = {cache_root().parent, download_module.cache_dir(), kernel_cache_dir().parent,
@@ -615,7 +615,7 @@ def test_models_data_kernels_and_embeddings_share_one_cache_root(home, monkeypat
 
 
 def test_embeddings_encoded_into_the_old_cache_root_are_still_read(home):
-    from agent_gym.retrieval_index.dense import default_embedding_cache
+    from agent_gym.retrieval_index.engines.dense_faiss import default_embedding_cache
 
     assert default_embedding_cache() == home / ".cache" / "agent-gym" / "embeddings"
     (home / ".cache" / "agent_gym" / "embeddings").mkdir(parents=True)

@@ -231,8 +231,8 @@ def test_every_worker_searches_through_one_shared_search_server(local_ray, tiny)
     # The fleet layout of the README: env actors in their own processes, one `index serve` URL for all of them.
     from test_search_server import CORPUS, CountingRetriever, TantivyTestRetriever, thread_server
 
-    from agent_gym.retrieval_index.client import RemoteRetriever
     from agent_gym.retrieval_index.search_tool import SearchTool
+    from agent_gym.retrieval_index.service.client import RemoteRetriever
     from agent_gym.tasks import Task
 
     tasks = [Task("seine", "Which river flows through the capital of France?", ("Seine",))]

@@ -89,7 +89,7 @@ def test_a_flood_of_idle_sockets_past_the_descriptor_limit_does_not_starve_healt
             "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))\n"
             "import gymnasium as gym, uvicorn, agent_gym\n"
             "from agent_gym.adapters.openenv_server import create_env_app, env_server_config\n"
-            "from agent_gym.retrieval_index.server import bind_socket\n"
+            "from agent_gym.retrieval_index.service.server import bind_socket\n"
             "sock = bind_socket('127.0.0.1', 0)\n"
             f"open({str(port_file)!r}, 'w').write(str(sock.getsockname()[1]))\n"
             "app = create_env_app(lambda: gym.make('AgentR1-Calculator-v0'))\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agent_gym.agents.model_policy import ModelPolicyError
 from agent_gym.envs.datasets.download import DatasetChecksumError, DatasetNotAvailable
 from agent_gym.envs.datasets.files import DatasetFormatError
 from agent_gym.error import AgentGymError
@@ -12,14 +13,13 @@ from agent_gym.models.chat_template import ChatTemplateError
 from agent_gym.models.model_init import ModelInitError
 from agent_gym.policies import PolicyError
 from agent_gym.retrieval_index.base import RetrievalError
+from agent_gym.retrieval_index.engines.pyserini_bm25 import PyseriniUnavailableError
 from agent_gym.retrieval_index.manifest import IndexMismatchError, IndexNotFoundError
-from agent_gym.retrieval_index.pyserini_backend import PyseriniUnavailableError
 from agent_gym.tools.calculator import CalculatorError
 from agent_gym.tools.sandbox import SandboxError, SandboxUnavailable
 from agent_gym.trainers.backends.base import GenerationError
 from agent_gym.trainers.checkpoint import CheckpointError
 from agent_gym.trainers.config import ConfigError
-from agent_gym.trainers.model_policy import ModelPolicyError
 from agent_gym.trainers.rollout import RolloutError
 
 ERRORS_AND_OLD_BASES = [

@@ -56,8 +56,8 @@ def test_evaluate_plays_an_env_that_is_not_a_tool_env():
 
 @pytest.mark.parametrize(("turn", "em"), [("<answer>1</answer>", 1.0), ("<answer>2</answer>", 0.0)])
 def test_a_model_policy_evaluates_on_an_env_that_is_not_a_tool_env(tiny_model, turn, em):
+    from agent_gym.agents.model_policy import ModelPolicy
     from agent_gym.models.chat_template import render_prompt
-    from agent_gym.trainers.model_policy import ModelPolicy
 
     model, tokenizer = tiny_model
     backend = ScriptedBackend(tokenizer, [turn])  # the model's turn, fixed so the score is known

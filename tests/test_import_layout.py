@@ -26,17 +26,29 @@ MAY_IMPORT: dict[str, set[str]] = {
     "distributed": {"core", "front"},
     "adapters": {"core", "models", "trainers", "retrieval_index", "front"},
     "bench": {"core", "models", "trainers", "adapters", "front"},
+    "agents": {"core", "models", "trainers", "front"},
     "cli": {"core", "retrieval_index", "envs", "front", "models", "trainers", "warmstart", "distributed", "adapters",
-            "bench", "cli"},
+            "bench", "agents", "cli"},
 }
 for _room, _allowed in MAY_IMPORT.items():
     _allowed.add(_room)
 
 
+SHIM_MARKER = "sys.modules[__name__] = _moved"
+
+
+def is_moved_module_shim(path: Path) -> bool:
+    """A deprecated import path kept for one release: the module replaces itself by the one that moved, so its
+    import is an alias, not a dependency (test_moved_modules.py checks each)."""
+    return SHIM_MARKER in path.read_text(encoding="utf-8")
+
+
 def module_files() -> dict[str, Path]:
-    """Dotted module name -> file, for every module of the package."""
+    """Dotted module name -> file, for every module of the package but the deprecated paths' shims."""
     modules = {}
     for path in PACKAGE.rglob("*.py"):
+        if is_moved_module_shim(path):
+            continue
         parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -175,3 +187,33 @@ def test_the_layout_check_sees_an_upward_import_inside_a_function(tmp_path: Path
     found = list(imported_modules("agent_gym.trainers.collector", source, modules))
     assert found == [("agent_gym.cli", 2)]
     assert room("agent_gym.cli") not in MAY_IMPORT[room("agent_gym.trainers.collector")]
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "ARCHITECTURE.md"
+
+
+def core_layers() -> dict[str, int]:
+    """Core module (dotted, under agent_gym) -> its layer's position in ARCHITECTURE.md's core table."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    table = text.split("<!-- core-layers -->")[1].split("<!-- /core-layers -->")[0]
+    rows = [line for line in table.strip().splitlines()[2:] if line.startswith("|")]
+    layers = {}
+    for position, row in enumerate(rows):
+        for name in row.split("|")[2].replace("`", "").split(","):
+            layers[f"agent_gym.{name.strip()}"] = position
+    return layers
+
+
+def test_the_core_follows_the_layer_order_the_architecture_states() -> None:
+    modules = module_files()
+    layers = core_layers()
+    core = sorted(module for module in modules if room(module) == "core")
+    assert [module for module in core if module not in layers] == [], "core modules missing from ARCHITECTURE.md"
+    assert [module for module in layers if module not in modules] == [], "ARCHITECTURE.md lists modules that are gone"
+    upward = [
+        f"{module} ({layers[module]}) -> {target} ({layers[target]})"
+        for module in core
+        for target, _ in imported_modules(module, modules[module], modules)
+        if room(target) == "core" and layers[target] > layers[module]
+    ]
+    assert upward == [], "core imports that point up the stated layers:\n" + "\n".join(upward)

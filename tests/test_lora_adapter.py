@@ -164,9 +164,9 @@ def test_model_naive_rag_searches_the_question_once_then_the_model_answers(tiny_
     import gymnasium as gym
 
     import agent_gym  # noqa: F401
+    from agent_gym.agents.model_naive_rag import ModelNaiveRAGPolicy
+    from agent_gym.agents.model_policy import ModelPolicy
     from agent_gym.evaluation import evaluate
-    from agent_gym.trainers.model_naive_rag import ModelNaiveRAGPolicy
-    from agent_gym.trainers.model_policy import ModelPolicy
 
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir_for_synthhop)
     env = gym.make("AgentR1-SynthHop-v0", **{**TINY_SYNTHHOP, "max_turns": 2})

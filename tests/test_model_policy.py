@@ -7,9 +7,9 @@ import pytest
 from conftest import TINY_SYNTHHOP
 
 import agent_gym  # noqa: F401  (registers the env ids)
+from agent_gym.agents.model_policy import ModelPolicy, ModelPolicyError
 from agent_gym.evaluation import run_episode
 from agent_gym.models.chat_template import render_prompt
-from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
 
 ENV_ID = "AgentR1-SynthHop-v0"

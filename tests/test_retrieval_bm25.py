@@ -11,17 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.hotpot import distractor_corpus
 
-from agent_gym.retrieval_index.base import RetrievalError, Retriever
-from agent_gym.retrieval_index.bm25 import (
-    DEFAULT_BM25_BACKEND,
-    MAX_QUERY_CHARS,
-    BM25sRetriever,
-    EnglishAnalyzer,
-    TantivyBM25,
-    clean_query,
-)
+from agent_gym.retrieval_index.base import MAX_QUERY_CHARS, RetrievalError, Retriever, clean_query
 from agent_gym.retrieval_index.corpus import Document
-from agent_gym.retrieval_index.impact import ImpactBM25, numba_available
+from agent_gym.retrieval_index.engines import DEFAULT_BM25_BACKEND
+from agent_gym.retrieval_index.engines.english_analyzer import EnglishAnalyzer
+from agent_gym.retrieval_index.engines.impact_bm25 import ImpactBM25, numba_available
+from agent_gym.retrieval_index.engines.tantivy_bm25s import BM25sRetriever, TantivyBM25
 
 ENGINES = [TantivyBM25, BM25sRetriever] + ([ImpactBM25] if numba_available() else [])
 
@@ -189,7 +184,7 @@ def test_bm25s_search_in_a_fresh_process_compiles_no_jit_code(tmp_path: Path) ->
     BM25sRetriever.build(_TINY_DOCS, tmp_path, show_progress=False)
     script = (
         "import sys\n"
-        "from agent_gym.retrieval_index.bm25 import BM25sRetriever\n"
+        "from agent_gym.retrieval_index.engines.tantivy_bm25s import BM25sRetriever\n"
         f"hits = BM25sRetriever.open({str(tmp_path)!r}).search_one('word3 shared', 3)\n"
         "assert hits[0].id == '3', hits\n"
         "compiled = [f'{module_name}.{name}' for module_name, module in list(sys.modules.items())\n"

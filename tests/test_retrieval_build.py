@@ -15,9 +15,9 @@ from support.hotpot import distractor_corpus
 
 from agent_gym.cli.index import add_index_build_arguments, run_index_build
 from agent_gym.retrieval_index.base import Retriever
-from agent_gym.retrieval_index.bm25 import DEFAULT_BM25_BACKEND
 from agent_gym.retrieval_index.build import build_index, make_retriever, open_index
 from agent_gym.retrieval_index.corpus import Document, corpus_checksum, write_corpus
+from agent_gym.retrieval_index.engines import DEFAULT_BM25_BACKEND
 from agent_gym.retrieval_index.manifest import IndexMismatchError, IndexNotFoundError, Manifest
 
 
@@ -399,7 +399,7 @@ def test_staging_left_by_a_killed_build_is_removed_by_the_next(corpus: Path, tmp
 
 def test_truncated_document_store_is_refused_when_the_index_is_opened(corpus: Path, tmp_path: Path) -> None:
     from agent_gym.retrieval_index.base import RetrievalError
-    from agent_gym.retrieval_index.bm25 import TantivyBM25
+    from agent_gym.retrieval_index.engines.tantivy_bm25s import TantivyBM25
 
     build_index(corpus, tmp_path / "index", "tantivy", show_progress=False)
     docs = tmp_path / "index" / "docs.jsonl"
@@ -416,7 +416,7 @@ def _rebuild_backends() -> list:
     """Every backend whose build can run here; the others are skipped with the reason."""
     import importlib.util
 
-    from agent_gym.retrieval_index.impact import numba_available
+    from agent_gym.retrieval_index.engines.impact_bm25 import numba_available
 
     marks = {
         "impact": pytest.mark.skipif(not numba_available(), reason="the impact engine needs numba"),

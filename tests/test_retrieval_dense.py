@@ -9,10 +9,10 @@ import pytest
 from support.hotpot import distractor_corpus
 
 from agent_gym.retrieval_index.base import Hit, RetrievalError
-from agent_gym.retrieval_index.bm25 import TantivyBM25
 from agent_gym.retrieval_index.corpus import Document
-from agent_gym.retrieval_index.dense import DEFAULT_ENCODER, DenseRetriever, encoder_spec, load_encoder
-from agent_gym.retrieval_index.hybrid import HybridRetriever, reciprocal_rank_fusion
+from agent_gym.retrieval_index.engines.dense_faiss import DEFAULT_ENCODER, DenseRetriever, encoder_spec, load_encoder
+from agent_gym.retrieval_index.engines.hybrid_rrf import HybridRetriever, reciprocal_rank_fusion
+from agent_gym.retrieval_index.engines.tantivy_bm25s import TantivyBM25
 
 NUM_QUESTIONS = 6  # ~60 passages: encoding runs at ~45 passages/s on 2 cores
 

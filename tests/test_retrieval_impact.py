@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("numba")
 
 from agent_gym.retrieval_index.base import RetrievalError  # noqa: E402
-from agent_gym.retrieval_index.bm25 import EnglishAnalyzer  # noqa: E402
 from agent_gym.retrieval_index.corpus import Document  # noqa: E402
-from agent_gym.retrieval_index.impact import (  # noqa: E402
+from agent_gym.retrieval_index.engines.english_analyzer import EnglishAnalyzer  # noqa: E402
+from agent_gym.retrieval_index.engines.impact_bm25 import (  # noqa: E402
     _ARRAYS,
     ImpactBM25,
     IndexFormatError,
@@ -223,7 +223,7 @@ def test_vocabulary_finds_every_word_it_was_built_from_and_no_other(tmp_path) ->
 _FRESH_PROCESS_SEARCH = (
     "import sys\n"
     "from agent_gym.retrieval_index.corpus import Document\n"
-    "from agent_gym.retrieval_index.impact import ImpactBM25\n"
+    "from agent_gym.retrieval_index.engines.impact_bm25 import ImpactBM25\n"
     "docs = [Document(str(i), '', f'word{i} shared') for i in range(50)]\n"
     "hits = ImpactBM25.from_documents(docs).search_one('word3 shared', 3)\n"
     "assert hits[0].id == '3', hits\n"
@@ -232,7 +232,7 @@ _FRESH_PROCESS_SEARCH = (
 
 
 def test_a_process_with_the_compiled_kernel_module_never_imports_numba() -> None:
-    from agent_gym.retrieval_index.impact import _extension_path, _kernel
+    from agent_gym.retrieval_index.engines.impact_bm25 import _extension_path, _kernel
 
     _kernel()  # builds the module once per machine where a C compiler is present
     if not _extension_path().is_file():

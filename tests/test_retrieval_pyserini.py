@@ -16,9 +16,9 @@ pytest.importorskip(
 )
 
 from agent_gym.retrieval_index.base import RetrievalError  # noqa: E402
-from agent_gym.retrieval_index.bm25 import BM25sRetriever, TantivyBM25  # noqa: E402
 from agent_gym.retrieval_index.corpus import Document  # noqa: E402
-from agent_gym.retrieval_index.pyserini_backend import PyseriniBM25, configure_jvm  # noqa: E402
+from agent_gym.retrieval_index.engines.pyserini_bm25 import PyseriniBM25, configure_jvm  # noqa: E402
+from agent_gym.retrieval_index.engines.tantivy_bm25s import BM25sRetriever, TantivyBM25  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -28,8 +28,8 @@ from test_search_server import (
 )
 
 from agent_gym.retrieval_index.base import RetrievalError
-from agent_gym.retrieval_index.client import RemoteRetriever, wait_until_ready
-from agent_gym.retrieval_index.server import bind_socket, create_app
+from agent_gym.retrieval_index.service.client import RemoteRetriever, wait_until_ready
+from agent_gym.retrieval_index.service.server import bind_socket, create_app
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +202,7 @@ def test_a_replica_that_cannot_bind_stops_the_supervisor(tmp_path: Path, monkeyp
     # The port is free when the supervisor checks it and taken when the replica starts (another program won
     # the race, or took the port of a killed replica): the supervisor stops the others instead of restarting
     # that replica forever.
-    from agent_gym.retrieval_index.replicas import ReplicaFailedError, ReplicaSupervisor, serve_command
+    from agent_gym.retrieval_index.service.replicas import ReplicaFailedError, ReplicaSupervisor, serve_command
 
     for name, value in _fleet_env(tmp_path).items():
         monkeypatch.setenv(name, value)

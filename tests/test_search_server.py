@@ -30,9 +30,9 @@ pytest.importorskip("uvicorn")
 tantivy = pytest.importorskip("tantivy")
 
 from agent_gym.retrieval_index.base import Hit, RetrievalError, Retriever  # noqa: E402
-from agent_gym.retrieval_index.client import RemoteRetriever, wait_until_ready  # noqa: E402
-from agent_gym.retrieval_index.search_cache import CachedRetriever  # noqa: E402
-from agent_gym.retrieval_index.server import (  # noqa: E402
+from agent_gym.retrieval_index.service.client import RemoteRetriever, wait_until_ready  # noqa: E402
+from agent_gym.retrieval_index.service.search_cache import CachedRetriever  # noqa: E402
+from agent_gym.retrieval_index.service.server import (  # noqa: E402
     FACTORY_ENV,
     INDEX_DIR_ENV,
     SERVER_OPTIONS_ENV,
@@ -189,7 +189,7 @@ def corpus_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def subprocess_server(corpus: Path, port: int, workers: int = 1, load_delay: float = 0.0) -> Iterator[
         subprocess.Popen]:
     """Run `serve()` in its own process group (so a kill also reaches uvicorn's workers)."""
-    code = ("from agent_gym.retrieval_index.server import serve; "
+    code = ("from agent_gym.retrieval_index.service.server import serve; "
             f"serve('test_search_server:make_test_retriever', port={port}, workers={workers}, "
             "log_level='warning')")
     env = {**os.environ, CORPUS_ENV: str(corpus), LOAD_DELAY_ENV: str(load_delay),

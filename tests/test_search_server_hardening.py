@@ -32,8 +32,8 @@ from test_search_server import (  # noqa: E402
     thread_server,
 )
 
-from agent_gym.retrieval_index.client import wait_until_ready  # noqa: E402
-from agent_gym.retrieval_index.server import bind_socket, create_app, uvicorn_config  # noqa: E402
+from agent_gym.retrieval_index.service.client import wait_until_ready  # noqa: E402
+from agent_gym.retrieval_index.service.server import bind_socket, create_app, uvicorn_config  # noqa: E402
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 # Generous bounds: on a loaded shared machine a process start or a request can take far longer than usual.

@@ -12,7 +12,7 @@ pytest.importorskip("pydantic")
 
 from agent_gym.error import InvalidValue  # noqa: E402
 from agent_gym.retrieval_index.base import Hit  # noqa: E402
-from agent_gym.retrieval_index.server import (  # noqa: E402
+from agent_gym.retrieval_index.service.server import (  # noqa: E402
     SearchService,
     _HTTPProblem,
     _is_packed,

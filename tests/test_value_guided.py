@@ -8,11 +8,11 @@ import torch
 from conftest import TINY_SYNTHHOP
 
 import agent_gym  # noqa: F401  (registers the env ids)
+from agent_gym.agents.model_policy import ModelPolicy, ModelPolicyError, best_candidate
 from agent_gym.evaluation import run_episode
 from agent_gym.models.model_init import load_model_and_tokenizer
 from agent_gym.trainers.backends import Generation, GenerationBackend, SamplingParams
 from agent_gym.trainers.critic import CRITIC_FILE, ValueModel
-from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError, best_candidate
 
 ENV_ID = "AgentR1-SynthHop-v0"
 ENV_KWARGS = TINY_SYNTHHOP

@@ -44,7 +44,7 @@ import gymnasium as gym
 
 from agent_gym.contract import TASK_ID, TURN
 from agent_gym.error import InvalidValue
-from agent_gym.retrieval_index.http_body_limit import BodySizeLimit
+from agent_gym.retrieval_index.service.http_body_limit import BodySizeLimit
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def _default_max_idle_connections() -> int:
 def _protocol_class(max_idle_connections: int) -> type:
     """uvicorn's HTTP protocol with the search server's request-head deadline (``http_deadline.py``), kept off
     WebSocket sessions, and a cap on the connections waiting for a request head: past it, the oldest is closed."""
-    from agent_gym.retrieval_index.http_deadline import DEADLINE_PROTOCOL
+    from agent_gym.retrieval_index.service.http_deadline import DEADLINE_PROTOCOL
 
     waiting: dict[Any, None] = {}  # connections waiting for a request head (or idle between requests), oldest first
 

@@ -19,7 +19,7 @@ __all__ = [
     "UsageError",
     "add_env_kwargs_arguments",
     "env_kwargs_from_args",
-    "make_env",
+    "cli_make_env",
     "one_line",
     "parse_env_kwarg_pairs",
     "parse_json_object",
@@ -136,9 +136,9 @@ def env_kwargs_from_args(namespace: argparse.Namespace) -> dict[str, Any]:
     return kwargs
 
 
-def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> Any:
-    """``agent_gym.make_env(env_id, **env_kwargs)``, with an unknown id or a refused keyword reported as a usage
-    error."""
+def cli_make_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> Any:
+    """``agent_gym.make_env(env_id, **env_kwargs)`` for a command: an unknown id or a refused keyword becomes a
+    `UsageError` (one line, exit status 2) instead of the library's `EnvMakeError` or the env's own error."""
     from agent_gym.error import AgentGymError
     from agent_gym.make import EnvMakeError
     from agent_gym.make import make_env as make

@@ -23,8 +23,8 @@ from agent_gym.bench.runners import DEFAULT_PEER_PYTHON, RUNNERS, BenchConfig, B
 from agent_gym.cli.args import (
     UsageError,
     add_env_kwargs_arguments,
+    cli_make_env,
     env_kwargs_from_args,
-    make_env,
     parse_json_object,
     user_errors,
 )
@@ -90,7 +90,7 @@ def run_bench(args: argparse.Namespace) -> int:
         raise UsageError("--episodes, --seeds, --eval-every and --eval-tasks must each be at least 1")
     env_kwargs = env_kwargs_from_args(args)
     eval_env_kwargs = parse_json_object(args.eval_env_kwargs, "--eval-env-kwargs")
-    make_env(args.env, {**env_kwargs, **eval_env_kwargs}).close()  # a bad id or kwarg fails here, in one line
+    cli_make_env(args.env, {**env_kwargs, **eval_env_kwargs}).close()  # a bad id or kwarg fails here, in one line
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = args.model

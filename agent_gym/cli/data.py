@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agent_gym.cli.args import UsageError, add_env_kwargs_arguments, env_kwargs_from_args, make_env, user_errors
+from agent_gym.cli.args import UsageError, add_env_kwargs_arguments, cli_make_env, env_kwargs_from_args, user_errors
 from agent_gym.cli.config_flags import add_dataclass_arguments
 
 __all__ = ["add_data_arguments", "add_export_verl_arguments", "run_data_fetch", "run_data_where", "run_export_verl"]
@@ -51,7 +51,7 @@ def run_export_verl(args: argparse.Namespace) -> int:
     env_kwargs = {**env_kwargs_from_args(args), "split": args.split}
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be at least 1, got {args.limit}")
-    make_env(args.env_id, env_kwargs).close()  # an unknown id or a refused split fails here, with the reason
+    cli_make_env(args.env_id, env_kwargs).close()  # an unknown id or a refused split fails here, with the reason
     with user_errors(ValueError, KeyError):
         rows = verl_rows(args.env_id, env_kwargs, limit=args.limit, max_tokens_per_turn=args.max_tokens_per_turn)
     out = Path(args.out or f"data/verl/{args.env_id}_{args.split}.parquet")

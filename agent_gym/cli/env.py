@@ -9,8 +9,8 @@ from typing import Any
 from agent_gym.cli.args import (
     UsageError,
     add_env_kwargs_arguments,
+    cli_make_env,
     env_kwargs_from_args,
-    make_env,
     port_number,
     user_errors,
 )
@@ -55,11 +55,11 @@ def add_play_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _model_turns(args: argparse.Namespace) -> Any:
     """The greedy ModelPolicy of ``--model``/``--adapter`` (bf16 where the machine runs it natively)."""
+    from agent_gym.agents.model_policy import ModelPolicy, ModelPolicyError
     from agent_gym.models.model_init import ModelInitError
     from agent_gym.models.precision import resolve_dtype
     from agent_gym.models.pretrained import PretrainedModelError
     from agent_gym.models.threads import set_torch_threads
-    from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
 
     with user_errors(ModelPolicyError, ModelInitError, PretrainedModelError, ValueError):
         set_torch_threads(args.torch_threads)
@@ -71,7 +71,7 @@ def run_play(args: argparse.Namespace) -> int:
     if args.adapter and not args.model:
         raise UsageError("--adapter needs --model")
     policy = _model_turns(args) if args.model else None
-    env = make_env(args.env_id, env_kwargs_from_args(args))
+    env = cli_make_env(args.env_id, env_kwargs_from_args(args))
     options = {"task_id": args.task_id} if args.task_id else None
     try:
         with user_errors(KeyError, ValueError):  # a task id the env does not have
@@ -134,15 +134,15 @@ def run_env_serve(args: argparse.Namespace) -> int:
     from agent_gym.adapters.openenv_server import create_env_app, env_server_config
 
     env_kwargs = env_kwargs_from_args(args)
-    make_env(args.env_id, env_kwargs).close()  # an unknown id or a refused kwarg is a usage error, before binding
+    cli_make_env(args.env_id, env_kwargs).close()  # an unknown id or a refused kwarg is a usage error, before binding
     if args.max_sessions < 1 or not args.idle_timeout > 0 or args.max_message_bytes < 1024:
         raise UsageError("--max-sessions must be >= 1, --idle-timeout > 0 and --max-message-bytes >= 1024")
     from agent_gym.registration import registered_envs
 
-    app = create_env_app(lambda: make_env(args.env_id, env_kwargs), name=args.env_id,
+    app = create_env_app(lambda: cli_make_env(args.env_id, env_kwargs), name=args.env_id,
                          description=registered_envs().get(args.env_id, ""), max_sessions=args.max_sessions,
                          idle_timeout_s=args.idle_timeout, max_message_bytes=args.max_message_bytes)
-    from agent_gym.retrieval_index.server import bind_socket
+    from agent_gym.retrieval_index.service.server import bind_socket
 
     try:  # bind before saying "serving": a busy port is reported as such, not after the announcement
         sock = bind_socket(args.host, args.port)

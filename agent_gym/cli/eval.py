@@ -11,8 +11,8 @@ from typing import Any
 from agent_gym.cli.args import (
     UsageError,
     add_env_kwargs_arguments,
+    cli_make_env,
     env_kwargs_from_args,
-    make_env,
     parse_env_kwarg_pairs,
     user_errors,
 )
@@ -75,10 +75,10 @@ def run_eval(args: argparse.Namespace) -> int:
         options = parse_env_kwarg_pairs(args.policy_kwarg)
         with user_errors(ValueError):
             runs = [(name, make_policy(name, seed=args.seed, **options)) for name in args.policy.split(",") if name]
-    env = make_env(args.env_id, env_kwargs)
+    env = cli_make_env(args.env_id, env_kwargs)
     if args.model:
+        from agent_gym.agents.model_policy import ModelPolicy, ModelPolicyError
         from agent_gym.models.threads import set_torch_threads
-        from agent_gym.trainers.model_policy import ModelPolicy, ModelPolicyError
 
         set_torch_threads(args.torch_threads)
 
@@ -96,7 +96,7 @@ def run_eval(args: argparse.Namespace) -> int:
                                                  temperature=args.temperature, seed=args.seed,
                                                  max_new_tokens=args.max_new_tokens, progress=not args.no_progress)
         if args.naive_rag:
-            from agent_gym.trainers.model_naive_rag import ModelNaiveRAGPolicy
+            from agent_gym.agents.model_naive_rag import ModelNaiveRAGPolicy
 
             policy, label = ModelNaiveRAGPolicy(policy), f"{label} naive-rag"
         runs = [(label, policy)]

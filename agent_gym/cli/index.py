@@ -57,14 +57,14 @@ def run_index_build(namespace: argparse.Namespace) -> int:
 
 def add_index_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the arguments of ``agent-gym index serve`` to ``parser``."""
-    from agent_gym.retrieval_index.server import ServeConfig
+    from agent_gym.retrieval_index.service.server import ServeConfig
 
     add_dataclass_arguments(parser, ServeConfig, explicit_only=False, types={"port": port_number})
 
 
 def run_index_serve(namespace: argparse.Namespace) -> int:
     """Run ``agent-gym index serve`` from parsed arguments; returns the exit status."""
-    from agent_gym.retrieval_index.server import STARTUP_FAILURE, IndexLoadError, serve
+    from agent_gym.retrieval_index.service.server import STARTUP_FAILURE, IndexLoadError, serve
 
     logging.basicConfig(level=namespace.log_level.upper(), format="%(levelname)s: %(message)s")
     if getattr(namespace, "replicas", None) is not None:
@@ -84,8 +84,13 @@ def run_index_serve(namespace: argparse.Namespace) -> int:
 
 
 def _run_replicas(namespace: argparse.Namespace) -> int:
-    from agent_gym.retrieval_index.replicas import ReplicaFailedError, ReplicaSupervisor, replica_urls, serve_command
-    from agent_gym.retrieval_index.server import STARTUP_FAILURE, IndexLoadError, bind_socket
+    from agent_gym.retrieval_index.service.replicas import (
+        ReplicaFailedError,
+        ReplicaSupervisor,
+        replica_urls,
+        serve_command,
+    )
+    from agent_gym.retrieval_index.service.server import STARTUP_FAILURE, IndexLoadError, bind_socket
 
     replicas = namespace.replicas
     if replicas < 1 or not 0 < namespace.port <= 65536 - replicas:

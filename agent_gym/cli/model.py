@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from agent_gym.cli.args import DefaultsHelpFormatter, add_env_kwargs_arguments, env_kwargs_from_args, make_env
+from agent_gym.cli.args import DefaultsHelpFormatter, add_env_kwargs_arguments, cli_make_env, env_kwargs_from_args
 
 __all__ = ["add_model_get_arguments", "add_model_init_arguments", "run_model_get", "run_model_init"]
 
@@ -55,7 +55,7 @@ def run_model_init(ns: argparse.Namespace) -> int:
     config = config_from_namespace(ns, ModelInitConfig)
     env_kwargs = env_kwargs_from_args(ns)
     if config.corpus_from_env:
-        make_env(config.corpus_from_env, env_kwargs).close()  # an unknown id or refused keyword: a one-line error
+        cli_make_env(config.corpus_from_env, env_kwargs).close()  # an unknown id or refused keyword: a one-line error
     out = config.build(config.texts(env_kwargs))
     model, tokenizer = load_model_and_tokenizer(out)
     print(

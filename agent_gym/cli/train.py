@@ -17,7 +17,7 @@ from agent_gym.cli.args import (
     DefaultsHelpFormatter,
     UsageError,
     add_env_kwargs_arguments,
-    make_env,
+    cli_make_env,
     parse_env_kwarg_pairs,
 )
 from agent_gym.cli.config_flags import add_dataclass_arguments, config_from_namespace
@@ -68,7 +68,7 @@ def run_train(ns: argparse.Namespace) -> int:
 
     try:
         config = config_from_train_args(ns)
-        make_env(config.env_id, config.env_kwargs).close()  # a refused env fails here, before a model loads
+        cli_make_env(config.env_id, config.env_kwargs).close()  # a refused env fails here, before a model loads
         make_envs, pool_errors = None, ()
         if config.env_workers:  # the Ray pool is one more env batch, built here and handed to the trainer
             from agent_gym.distributed import EnvPoolError, RayClusterError, ray_env_pool_factory
@@ -145,7 +145,7 @@ def run_sft(ns: argparse.Namespace) -> int:
     config = config_from_sft_args(ns)
     trainer = SFTTrainer(config)
     trainer.claim_run_dir()  # a used --output-dir fails in seconds, before the env is built
-    make_env(config.env, config.env_kwargs).close()  # an unknown id or refused kwarg: a one-line usage error
+    cli_make_env(config.env, config.env_kwargs).close()  # an unknown id or refused kwarg: a one-line usage error
     try:
         summary = trainer.train()
     except TrainingInterrupted as stopped:

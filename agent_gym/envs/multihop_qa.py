@@ -25,9 +25,9 @@ from agent_gym.envs.datasets import load_dataset
 from agent_gym.envs.datasets.download import canonical_name
 from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import Retriever
-from agent_gym.retrieval_index.client import DEFAULT_TOTAL_TIMEOUT_S
 from agent_gym.retrieval_index.corpus import Document
 from agent_gym.retrieval_index.search_tool import SearchTool
+from agent_gym.retrieval_index.service.client import DEFAULT_TOTAL_TIMEOUT_S
 from agent_gym.rewards import get_reward_spec
 from agent_gym.tasks import TaskSet
 from agent_gym.validation import require_int
@@ -71,7 +71,7 @@ def _retriever(name: str, split: str, data_path: str | None, cache_dir: str | No
                search_timeout: float, aliases_path: str | None = None) -> Retriever:
     extra = {"encoder": encoder} if encoder else {}
     if corpus.startswith(("http://", "https://")):
-        from agent_gym.retrieval_index.client import RemoteRetriever
+        from agent_gym.retrieval_index.service.client import RemoteRetriever
 
         return RemoteRetriever(corpus, total_timeout=search_timeout)
     from agent_gym.retrieval_index.build import make_retriever, open_index

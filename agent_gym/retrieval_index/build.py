@@ -23,8 +23,9 @@ from tqdm.auto import tqdm
 
 from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import Retriever
-from agent_gym.retrieval_index.bm25 import DEFAULT_BM25_BACKEND, BM25sRetriever, TantivyBM25
 from agent_gym.retrieval_index.corpus import CorpusFile, DocStore, Document, as_document, iter_corpus
+from agent_gym.retrieval_index.engines import DEFAULT_BM25_BACKEND
+from agent_gym.retrieval_index.engines.tantivy_bm25s import BM25sRetriever, TantivyBM25
 from agent_gym.retrieval_index.manifest import MANIFEST_NAME, Manifest
 
 __all__ = [
@@ -149,14 +150,16 @@ def _split_params(backend: str, params: dict[str, Any]) -> tuple[str, dict[str, 
 
 def _sparse_class(engine: str) -> type:
     if engine == "impact":
-        from agent_gym.retrieval_index.impact import ImpactBM25  # loads its compiled kernel: import only when used
+        from agent_gym.retrieval_index.engines.impact_bm25 import (
+            ImpactBM25,  # loads its compiled kernel: import only when used
+        )
 
         return ImpactBM25
     if engine == "tantivy":
         return TantivyBM25
     if engine == "bm25s":
         return BM25sRetriever
-    from agent_gym.retrieval_index.pyserini_backend import PyseriniBM25  # optional extra: import lazily
+    from agent_gym.retrieval_index.engines.pyserini_bm25 import PyseriniBM25  # optional extra: import lazily
 
     return PyseriniBM25
 
@@ -221,9 +224,9 @@ def _check_out_dir(out_dir: Path) -> None:
 
 def _index_entries() -> set[str]:
     """The names an index directory may hold for itself: manifest, document store, each engine's folder."""
-    from agent_gym.retrieval_index.dense import DenseRetriever
-    from agent_gym.retrieval_index.impact import ImpactBM25
-    from agent_gym.retrieval_index.pyserini_backend import PyseriniBM25
+    from agent_gym.retrieval_index.engines.dense_faiss import DenseRetriever
+    from agent_gym.retrieval_index.engines.impact_bm25 import ImpactBM25
+    from agent_gym.retrieval_index.engines.pyserini_bm25 import PyseriniBM25
 
     engines = (ImpactBM25, TantivyBM25, BM25sRetriever, DenseRetriever, PyseriniBM25)
     return {MANIFEST_NAME, DocStore.DATA, DocStore.OFFSETS, *(engine.SUBDIR for engine in engines)}
@@ -397,7 +400,7 @@ def build_index(
             store.close()
         encoder_name = None
         if engine in ("dense", "hybrid"):
-            from agent_gym.retrieval_index.dense import DenseRetriever, encoder_spec
+            from agent_gym.retrieval_index.engines.dense_faiss import DenseRetriever, encoder_spec
 
             encoder_name = encoder_spec(encoder).name
             dense_build = _only(dense_params, _BUILD_PARAMS["dense"])
@@ -426,7 +429,7 @@ def build_index(
 
 
 def _open_engine(directory: Path, engine: str, params: dict[str, Any], docs: Sequence[Document]) -> Retriever:
-    from agent_gym.retrieval_index.dense import DenseRetriever
+    from agent_gym.retrieval_index.engines.dense_faiss import DenseRetriever
 
     if engine == "dense":
         return DenseRetriever.open(directory, docs, **_only(params, _SEARCH_PARAMS["dense"]))
@@ -449,7 +452,7 @@ def open_index(
     directory = Path(directory)
     manifest = Manifest.read(directory)
     if encoder is not None:
-        from agent_gym.retrieval_index.dense import encoder_spec
+        from agent_gym.retrieval_index.engines.dense_faiss import encoder_spec
 
         encoder = encoder_spec(encoder).name
     manifest.check(directory, corpus_path, encoder)
@@ -458,7 +461,7 @@ def open_index(
     docs = DocStore(directory)
     if manifest.backend != "hybrid":
         return _open_engine(directory, manifest.backend, params, docs)
-    from agent_gym.retrieval_index.hybrid import HybridRetriever
+    from agent_gym.retrieval_index.engines.hybrid_rrf import HybridRetriever
 
     sparse, sparse_params, dense_params = _split_params("hybrid", params)
     k_rrf = dense_params.pop("k_rrf", 60.0)
@@ -485,7 +488,7 @@ def make_retriever(
     wiki-18 shapes too). Pyserini builds into a temporary directory that :meth:`Retriever.close`
     deletes. Used by the environments (``retriever=`` kwarg) for corpora small enough to index
     on the fly. Dense passage vectors are cached on disk (``embedding_cache``: ``True`` for
-    :func:`~agent_gym.retrieval_index.dense.default_embedding_cache`, a directory, or ``False``),
+    :func:`~agent_gym.retrieval_index.engines.dense_faiss.default_embedding_cache`, a directory, or ``False``),
     so only the first process to index a corpus pays for encoding it.
     """
     if (docs is None) == (corpus_path is None):
@@ -501,19 +504,19 @@ def make_retriever(
     sparse, sparse_params, dense_params = _split_params(engine, params)
     cache = None
     if engine in ("dense", "hybrid") and embedding_cache is not False:
-        from agent_gym.retrieval_index.dense import default_embedding_cache
+        from agent_gym.retrieval_index.engines.dense_faiss import default_embedding_cache
 
         cache = default_embedding_cache() if embedding_cache is True else Path(embedding_cache)
     if engine == "dense":
-        from agent_gym.retrieval_index.dense import DenseRetriever
+        from agent_gym.retrieval_index.engines.dense_faiss import DenseRetriever
 
         return DenseRetriever.from_documents(
             documents, encoder=encoder, cache_dir=cache, show_progress=show_progress, **sparse_params
         )
     if engine != "hybrid":
         return _sparse_class(engine).from_documents(documents, show_progress=show_progress, **sparse_params)
-    from agent_gym.retrieval_index.dense import DenseRetriever
-    from agent_gym.retrieval_index.hybrid import HybridRetriever
+    from agent_gym.retrieval_index.engines.dense_faiss import DenseRetriever
+    from agent_gym.retrieval_index.engines.hybrid_rrf import HybridRetriever
 
     k_rrf = dense_params.pop("k_rrf", 60.0)
     sparse_retriever = _sparse_class(sparse).from_documents(

@@ -1,0 +1,428 @@
+"""The numba kernel of :mod:`agent_gym.retrieval_index.engines.impact_bm25`: MaxScore top-k over impact postings.
+
+Imported only by that module (numba is optional). ``cache=True`` writes the compiled code to
+numba's cache, so only the first process on a machine compiles it.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _advance(postings: np.ndarray, position: int, end: int, target: int) -> int:
+    """First position in ``[position, end)`` whose row is ``>= target`` (galloping, then binary search)."""
+    if position >= end or postings[position] >= target:
+        return position
+    step = 1
+    low = position
+    high = position + 1
+    while high < end and postings[high] < target:
+        low = high
+        step *= 2
+        high = position + step
+    if high > end:
+        high = end
+    # postings[low] < target; the answer lies in (low, high].
+    low += 1
+    while low < high:
+        middle = (low + high) // 2
+        if postings[middle] < target:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+# Rows of the shortest query lists scored exactly before the main pass (see _search_one).
+_PREPASS_BUDGET = 256
+# Rows per window of the main pass: its score buffer (float64) stays in the L1 cache.
+_WINDOW = 4096
+# A window with fewer essential postings than _WINDOW / _SPARSE_RATIO is scored row by row.
+_SPARSE_RATIO = 32
+# The buffer scan compares float32 sums against the k-th score rounded to float32: a hair lower, so
+# rounding never hides a row that ties it (the exact comparison follows).
+_CUTOFF_SLACK = 1.0 - 1e-6
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _better(score: float, row: int, other_score: float, other_row: int) -> bool:
+    """Whether a hit ranks above another: higher score, or the same score and a lower row (Lucene's order)."""
+    return score > other_score or (score == other_score and row < other_row)
+
+
+@numba.njit(cache=True, nogil=True)
+def _offer(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int, k: int, score: float, row: int) -> int:
+    """Put a hit into the top-``k`` min-heap (worst at the root) if it belongs there; return the new size."""
+    if size < k:
+        child = size
+        heap_scores[child] = score
+        heap_rows[child] = row
+        while child > 0:
+            parent = (child - 1) // 2
+            if _better(heap_scores[parent], heap_rows[parent], heap_scores[child], heap_rows[child]):
+                heap_scores[child], heap_scores[parent] = heap_scores[parent], heap_scores[child]
+                heap_rows[child], heap_rows[parent] = heap_rows[parent], heap_rows[child]
+                child = parent
+            else:
+                break
+        return size + 1
+    if not _better(score, row, heap_scores[0], heap_rows[0]):
+        return size
+    heap_scores[0] = score
+    heap_rows[0] = row
+    _sift_down(heap_scores, heap_rows, size)
+    return size
+
+
+@numba.njit(cache=True, nogil=True)
+def _offer_new(
+    heap_scores: np.ndarray, heap_rows: np.ndarray, size: int, k: int, score: float, row: int, seeded: np.ndarray
+) -> int:
+    """:func:`_offer`, for a row not among the ``seeded`` ones the first pass already offered."""
+    if size == k and not _better(score, row, heap_scores[0], heap_rows[0]):
+        return size
+    if len(seeded) > 0:
+        found = np.searchsorted(seeded, row)
+        if found < len(seeded) and seeded[found] == row:
+            return size
+    return _offer(heap_scores, heap_rows, size, k, score, row)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _seek(
+    seg_pos: np.ndarray, seg_block: np.ndarray, block: int, low: np.ndarray, position: int, seg: int, seg_stop: int,
+    end: int, target: int,
+) -> tuple[int, int]:
+    """Move a list's cursor (posting ``position`` in segment ``seg``) to its first row ``>= target``.
+
+    A segment holds the list's rows of one block (``seg_block[seg] * block`` + 16-bit offsets): the blocks wholly
+    below ``target`` are skipped by their start rows, then the offsets are galloped. The cursor stays
+    normalized: a position at the end of a segment moves on to the next one.
+    """
+    if position >= end:
+        return position, seg
+    moved = False
+    while seg + 1 < seg_stop and np.int64(seg_block[seg + 1]) * block <= target:
+        seg += 1
+        moved = True
+    if moved:
+        position = seg_pos[seg]
+    stop = seg_pos[seg + 1]
+    position = _advance(low, position, stop, target - np.int64(seg_block[seg]) * block)
+    if position == stop and seg + 1 < seg_stop:
+        seg += 1
+    return position, seg
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"nnan", "ninf", "nsz"})
+def _add_window(
+    seg_pos: np.ndarray, seg_block: np.ndarray, block: int, low: np.ndarray, quant: np.ndarray, position: int,
+    seg: int, seg_stop: int, end: int, base: int, limit: int, block_base: int, codebook: np.ndarray, code_base: int,
+    weight: float, buffer: np.ndarray, largest: float,
+) -> tuple[int, int, float]:
+    """Add one list's postings with rows in the window ``[base, limit)`` into the window buffer; return where the
+    list stops (position, segment) and the largest sum seen. The window lies in one block (``block_base`` its
+    first row), so in at most one segment; its end is found by galloping first, so the add loop tests nothing
+    else. A posting adds ``codebook[code_base + quant] * weight`` (its impact, weighted)."""
+    if position >= end or np.int64(seg_block[seg]) * block != block_base:
+        return position, seg, largest  # the list's next row lies in a later block
+    segment_end = seg_pos[seg + 1]
+    offset = base - block_base
+    stop = _advance(low, position, segment_end, limit - block_base)
+    factor = np.float32(weight)
+    # Four running maxima: one would chain every add on the latency of the previous max (measured: the
+    # loop ran at ~1.5 ns a posting with one, cache-resident or not).
+    top0 = top1 = top2 = top3 = np.float32(0.0)
+    at = position
+    while at + 4 <= stop:
+        offset0 = np.int64(low[at]) - offset
+        value0 = buffer[offset0] + codebook[code_base + np.int64(quant[at])] * factor
+        buffer[offset0] = value0
+        offset1 = np.int64(low[at + 1]) - offset
+        value1 = buffer[offset1] + codebook[code_base + np.int64(quant[at + 1])] * factor
+        buffer[offset1] = value1
+        offset2 = np.int64(low[at + 2]) - offset
+        value2 = buffer[offset2] + codebook[code_base + np.int64(quant[at + 2])] * factor
+        buffer[offset2] = value2
+        offset3 = np.int64(low[at + 3]) - offset
+        value3 = buffer[offset3] + codebook[code_base + np.int64(quant[at + 3])] * factor
+        buffer[offset3] = value3
+        top0 = max(top0, value0)
+        top1 = max(top1, value1)
+        top2 = max(top2, value2)
+        top3 = max(top3, value3)
+        at += 4
+    while at < stop:
+        offset0 = np.int64(low[at]) - offset
+        value0 = buffer[offset0] + codebook[code_base + np.int64(quant[at])] * factor
+        buffer[offset0] = value0
+        top0 = max(top0, value0)
+        at += 1
+    largest = max(largest, max(max(top0, top1), max(top2, top3)))
+    if stop == segment_end and seg + 1 < seg_stop:
+        seg += 1
+    return stop, seg, largest
+
+
+@numba.njit(cache=True, nogil=True)
+def _sift_down(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int) -> None:
+    """Restore the min-heap (the worst hit at the root) downwards from the root."""
+    parent = 0
+    while True:
+        left = 2 * parent + 1
+        if left >= size:
+            return
+        worst = left
+        right = left + 1
+        if right < size and _better(heap_scores[left], heap_rows[left], heap_scores[right], heap_rows[right]):
+            worst = right
+        if _better(heap_scores[parent], heap_rows[parent], heap_scores[worst], heap_rows[worst]):
+            heap_scores[worst], heap_scores[parent] = heap_scores[parent], heap_scores[worst]
+            heap_rows[worst], heap_rows[parent] = heap_rows[parent], heap_rows[worst]
+            parent = worst
+        else:
+            return
+
+
+@numba.njit(cache=True, nogil=True)
+def _search_one(
+    terms: np.ndarray,
+    term_segs: np.ndarray,
+    seg_pos: np.ndarray,
+    seg_block: np.ndarray,
+    low: np.ndarray,
+    quant: np.ndarray,
+    term_code: np.ndarray,
+    codebook: np.ndarray,
+    term_max: np.ndarray,
+    block: int,
+    k: int,
+    out_rows: np.ndarray,
+    out_scores: np.ndarray,
+    buffer: np.ndarray,
+) -> int:
+    # A repeated query word counts once per occurrence, as in Lucene's boolean query: merge
+    # repeats into one posting list with a multiplier.
+    sorted_terms = np.sort(terms)
+    unique = 0
+    multiplier = np.zeros(len(sorted_terms), dtype=np.float64)
+    merged = np.empty(len(sorted_terms), dtype=np.int64)
+    for i in range(len(sorted_terms)):
+        if unique > 0 and merged[unique - 1] == sorted_terms[i]:
+            multiplier[unique - 1] += 1.0
+        else:
+            merged[unique] = sorted_terms[i]
+            multiplier[unique] = 1.0
+            unique += 1
+    # Order the lists by their largest contribution, smallest first: a prefix of them is the
+    # "non-essential" set whose summed maxima cannot reach the k-th score.
+    upper = np.empty(unique, dtype=np.float64)
+    for i in range(unique):
+        upper[i] = term_max[merged[i]] * multiplier[i]
+    order = np.argsort(upper, kind="mergesort")
+    m = unique
+    # A list's cursor: its posting ``position`` in segment ``seg`` (segments ``seg < seg_stop``), its end.
+    position = np.empty(m, dtype=np.int64)
+    seg = np.empty(m, dtype=np.int64)
+    seg_stop = np.empty(m, dtype=np.int64)
+    end = np.empty(m, dtype=np.int64)
+    code_base = np.empty(m, dtype=np.int64)  # a posting's impact: codebook[code_base + quant]
+    weight = np.empty(m, dtype=np.float64)
+    bound = np.empty(m, dtype=np.float64)  # bound[i]: sum of upper[order[0..i]]
+    running = 0.0
+    for slot in range(m):
+        term = merged[order[slot]]
+        seg[slot] = term_segs[term]
+        seg_stop[slot] = term_segs[term + 1]
+        position[slot] = seg_pos[seg[slot]]
+        end[slot] = seg_pos[seg_stop[slot]]
+        code_base[slot] = term_code[term]
+        weight[slot] = multiplier[order[slot]]
+        running += upper[order[slot]]
+        bound[slot] = running
+    heap_scores = np.empty(k, dtype=np.float64)
+    heap_rows = np.empty(k, dtype=np.int64)
+    size = 0
+    # Start from a threshold near the final one: score exactly every row of the shortest lists
+    # (the rare words, usually the answer's name) before the document-at-a-time pass. Without it
+    # the k-th score rises only as rare rows turn up in row order, and the long lists of common
+    # words are walked almost to the end.
+    by_length = np.argsort(end - position, kind="mergesort")
+    total = 0
+    chosen = 0
+    while chosen < m and total + end[by_length[chosen]] - position[by_length[chosen]] <= _PREPASS_BUDGET:
+        total += end[by_length[chosen]] - position[by_length[chosen]]
+        chosen += 1
+    gathered = np.empty(total, dtype=np.int64)
+    filled = 0
+    for i in range(chosen):
+        slot = by_length[i]
+        for segment in range(seg[slot], seg_stop[slot]):
+            for at in range(seg_pos[segment], seg_pos[segment + 1]):
+                gathered[filled] = np.int64(seg_block[segment]) * block + np.int64(low[at])
+                filled += 1
+    seeded = np.unique(gathered)
+    cursor = position.copy()
+    cursor_seg = seg.copy()
+    for row in seeded:
+        score = 0.0
+        for slot in range(m):
+            at, segment = _seek(seg_pos, seg_block, block, low, cursor[slot], cursor_seg[slot], seg_stop[slot],
+                                end[slot], row)
+            cursor[slot] = at
+            cursor_seg[slot] = segment
+            if at < end[slot] and np.int64(seg_block[segment]) * block + np.int64(low[at]) == row:
+                score += codebook[code_base[slot] + np.int64(quant[at])] * weight[slot]
+        size = _offer(heap_scores, heap_rows, size, k, score, row)
+    threshold = heap_scores[0] if size == k else -1.0  # BM25 weights are positive
+    first_essential = 0
+    while size == k and first_essential < m and bound[first_essential] < threshold:
+        first_essential += 1
+    # Windows of rows, each started at the next row of an "essential" list (one whose words can still
+    # lift a document past the k-th score). The essential lists are added into a
+    # dense window buffer, term at a time: a sequential add costs about a nanosecond per posting, a
+    # galloping lookup ten or more. Rows that only the other lists touch score at most their
+    # summed maxima, below the k-th score, so they never need scoring. A window ends at its block's end at
+    # the latest, so each list adds from one segment.
+    no_row = np.int64(1) << 40
+    window_start = np.empty(m, dtype=np.int64)
+    while first_essential < m:
+        base = no_row
+        for slot in range(first_essential, m):
+            if position[slot] < end[slot]:
+                row = np.int64(seg_block[seg[slot]]) * block + np.int64(low[position[slot]])
+                if row < base:
+                    base = row
+        if base == no_row:
+            break
+        block_base = base - base % block
+        limit = min(base + _WINDOW, block_base + block)
+        essential_count = 0
+        largest = np.float32(0.0)  # the window's best sum: scores only grow, so the last value of each row
+        for slot in range(first_essential, m):
+            window_start[slot] = position[slot]
+            position[slot], seg[slot], largest = _add_window(
+                seg_pos, seg_block, block, low, quant, position[slot], seg[slot], seg_stop[slot], end[slot], base,
+                limit, block_base, codebook, code_base[slot], weight[slot], buffer, largest)
+            essential_count += position[slot] - window_start[slot]
+        if essential_count * _SPARSE_RATIO < _WINDOW:
+            # Few rows: score each, in row order, with galloping lookups into the other lists.
+            candidates = np.empty(essential_count, dtype=np.int64)
+            filled = 0
+            for slot in range(first_essential, m):
+                for at in range(window_start[slot], position[slot]):
+                    candidates[filled] = block_base + np.int64(low[at])
+                    filled += 1
+            candidates.sort()
+            for row in candidates:
+                score = buffer[row - base]
+                if score == 0.0:
+                    continue  # a repeat of a row already taken
+                buffer[row - base] = 0.0
+                for slot in range(first_essential - 1, -1, -1):
+                    if score + bound[slot] < threshold:
+                        break
+                    at, segment = _seek(seg_pos, seg_block, block, low, position[slot], seg[slot], seg_stop[slot],
+                                        end[slot], row)
+                    position[slot] = at
+                    seg[slot] = segment
+                    if at < end[slot] and np.int64(seg_block[segment]) * block + np.int64(low[at]) == row:
+                        score += codebook[code_base[slot] + np.int64(quant[at])] * weight[slot]
+                size = _offer_new(heap_scores, heap_rows, size, k, score, row, seeded)
+        else:
+            # Dense window: add the other lists too, then scan the buffer for rows above the k-th.
+            for slot in range(first_essential - 1, -1, -1):
+                at, segment = _seek(seg_pos, seg_block, block, low, position[slot], seg[slot], seg_stop[slot],
+                                    end[slot], base)
+                position[slot], seg[slot], largest = _add_window(
+                    seg_pos, seg_block, block, low, quant, at, segment, seg_stop[slot], end[slot], base, limit,
+                    block_base, codebook, code_base[slot], weight[slot], buffer, largest)
+            cutoff = np.float32(heap_scores[0] * _CUTOFF_SLACK) if size == k else np.float32(0.0)
+            # Once the k-th score is settled, most windows hold no row above it: only the others are
+            # walked row by row.
+            if largest >= cutoff and largest > 0.0:
+                for offset in range(limit - base):
+                    if buffer[offset] >= cutoff and buffer[offset] > 0.0:
+                        size = _offer_new(heap_scores, heap_rows, size, k, buffer[offset], base + offset, seeded)
+                        if size == k:
+                            cutoff = np.float32(heap_scores[0] * _CUTOFF_SLACK)
+            buffer[:] = 0.0
+        if size == k:
+            threshold = heap_scores[0]
+            while first_essential < m and bound[first_essential] < threshold:
+                first_essential += 1
+    # Best first (insertion sort: k is small).
+    for rank in range(1, size):
+        score = heap_scores[rank]
+        row = heap_rows[rank]
+        back = rank - 1
+        while back >= 0 and _better(score, row, heap_scores[back], heap_rows[back]):
+            heap_scores[back + 1] = heap_scores[back]
+            heap_rows[back + 1] = heap_rows[back]
+            back -= 1
+        heap_scores[back + 1] = score
+        heap_rows[back + 1] = row
+    for rank in range(size):
+        out_rows[rank] = heap_rows[rank]
+        out_scores[rank] = heap_scores[rank]
+    return size
+
+
+@numba.njit(cache=True, nogil=True)
+def search_batch(
+    query_terms: np.ndarray,
+    query_starts: np.ndarray,
+    term_segs: np.ndarray,
+    seg_pos: np.ndarray,
+    seg_block: np.ndarray,
+    low: np.ndarray,
+    quant: np.ndarray,
+    term_code: np.ndarray,
+    codebook: np.ndarray,
+    term_max: np.ndarray,
+    block: int,
+    k: int,
+    out_rows: np.ndarray,
+    out_scores: np.ndarray,
+    out_counts: np.ndarray,
+) -> None:
+    """Top ``k`` rows and scores of each query (its term ids are ``query_terms[starts[q]:starts[q+1]]``).
+
+    The postings (see :mod:`agent_gym.retrieval_index.engines.impact_bm25`): term ``t``'s segments are
+    ``term_segs[t] .. term_segs[t+1]``; segment ``s`` holds postings ``seg_pos[s] .. seg_pos[s+1]``, rows
+    ``seg_block[s] * block + low[i]``, impacts ``codebook[term_code[t] +
+    quant[i]]``; ``term_max[t]`` is the largest.
+    """
+    buffer = np.zeros(_WINDOW, dtype=np.float32)
+    for query in range(len(query_starts) - 1):
+        terms = query_terms[query_starts[query] : query_starts[query + 1]]
+        out_counts[query] = _search_one(
+            terms, term_segs, seg_pos, seg_block, low, quant, term_code, codebook, term_max, block, k,
+            out_rows[query], out_scores[query], buffer,
+        )
+
+
+# The kernel's array types, as :func:`agent_gym.retrieval_index.engines.impact_bm25.ImpactBM25` passes them.
+SIGNATURE = ("void(i4[::1], i8[::1], u4[::1], i8[::1], u2[::1], u2[::1], u1[::1], u4[::1], f4[::1], f4[::1], i8, i8, "
+             "i4[:,::1], f4[:,::1], i4[::1])")
+
+
+def build_extension(out_dir: str, name: str) -> None:
+    """Compile :func:`search_batch` ahead of time into a C extension module ``name`` in ``out_dir``.
+
+    The module needs neither numba nor LLVM to run: a process that loads it instead of JIT-compiled code
+    holds ~135 MB less (measured: 69 vs 204 MB RSS after a search). Run in a child process (it imports
+    LLVM); needs a C compiler.
+    """
+    import warnings
+
+    from numba.pycc import CC
+
+    warnings.simplefilter("ignore")  # pycc's pending-deprecation notice
+    compiler = CC(name)
+    compiler.output_dir = out_dir
+    compiler.target_cpu = "host"  # built on the machine that runs it, for its CPU
+    compiler.export("search_batch", SIGNATURE)(search_batch.py_func)
+    compiler.compile()
