@@ -356,11 +356,13 @@ def _result(args: Any, seconds: float, tokens: int, rollout_s: float, update_s: 
             load_start: float) -> dict[str, Any]:
     """One side's repeat: its timed steps' rates."""
     import resource
+    from importlib import metadata
 
     import torch
 
     steps = args.steps
     return {
+        "versions": {name: metadata.version(name) for name in ("torch", "transformers", "peft")},
         "steps": steps,
         "seconds": seconds,
         "seconds_per_step": seconds / steps,
@@ -527,6 +529,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["ratio_per_repeat"] = [t["seconds_per_step"] / o["seconds_per_step"]
                                       for o, t in zip(runs["ours"], runs["trl"], strict=True)]
         report["memory_ratio"] = ours["peak_rss_mb"]["max"] / trl["peak_rss_mb"]["max"]
+        versions = {side: runs[side][0]["versions"]["transformers"] for side in sides}
+        if versions["ours"] != versions["trl"]:  # tokenization and kernels may differ: say so beside the ratio
+            report["warning"] = f"transformers differs between the sides: {versions}"
+            print(f"WARNING: {report['warning']} (TRANSFORMERS_VERSION=... bash scripts/make_peer_venv.sh)")
         print(f"steps/s ours / TRL: median {report['ratio_median']:.2f}x (per repeat "
               + ", ".join(f"{r:.2f}x" for r in report["ratio_per_repeat"])
               + f"); peak RSS ours / TRL {report['memory_ratio']:.2f}")

