@@ -352,6 +352,13 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     return _result(args, seconds, sum(tokens[1:]), rollout_s, seconds - rollout_s, sum(rewards[1:]), load_start)
 
 
+def _version(metadata: Any, name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
 def _result(args: Any, seconds: float, tokens: int, rollout_s: float, update_s: float, reward_sum: float,
             load_start: float) -> dict[str, Any]:
     """One side's repeat: its timed steps' rates."""
@@ -362,7 +369,7 @@ def _result(args: Any, seconds: float, tokens: int, rollout_s: float, update_s: 
 
     steps = args.steps
     return {
-        "versions": {name: metadata.version(name) for name in ("torch", "transformers", "peft")},
+        "versions": {name: _version(metadata, name) for name in ("torch", "transformers", "peft")},
         "steps": steps,
         "seconds": seconds,
         "seconds_per_step": seconds / steps,
