@@ -152,11 +152,11 @@ def play_groups(model: Any, tokenizer: Any, env_kwargs: Mapping[str, Any], quest
     collector.close()
     firsts = [t for t in trajectories if t.info.get("sample_index", 0) == 0]  # one per episode
     successes: dict[Any, list[bool]] = defaultdict(list)
-    for t in firsts:
-        successes[t.group_id].append(float(t.info.get("em", 0.0)) >= 1.0)
-    result = group_stats(successes, [int(t.info["episode_tool_calls"]) for t in firsts])
-    result["f1"] = statistics.mean(float(t.info.get("f1", 0.0)) for t in firsts)
-    result["turns"] = statistics.mean(float(t.info["turns"]) for t in firsts)
+    for t in firsts:  # the collector's EpisodeSummary of each episode (trajectory.episode)
+        successes[t.group_id].append((t.episode.em or 0.0) >= 1.0)
+    result = group_stats(successes, [t.episode.tool_calls for t in firsts])
+    result["f1"] = statistics.mean(t.episode.f1 or 0.0 for t in firsts)
+    result["turns"] = statistics.mean(float(t.episode.turns) for t in firsts)
     return result
 
 

@@ -133,3 +133,14 @@ def test_a_new_machine_resumes_the_sweep_from_the_committed_adapter_and_measures
     assert json.loads((out / "warm25_eval.json").read_text()) == {"pass8_1hop": {"informative": 0.5}}
     assert not sweep.restore_from_repo(out, 25)  # a local warm start is never overwritten
     assert not sweep.restore_from_repo(out, 50)  # nothing committed for that share
+
+
+def test_play_groups_reads_each_episode_from_its_summary(tiny_model, recwarn) -> None:
+    from tests.conftest import TINY_SYNTHHOP
+
+    model, tokenizer = tiny_model
+    stats = sweep.play_groups(model, tokenizer, {**TINY_SYNTHHOP, "max_turns": 2}, questions=2, temperature=1.0,
+                              seed=0, samples=2)
+    assert stats["questions"] == 2 and stats["samples"] == 4
+    assert 1.0 <= stats["turns"] <= 2.0 and 0.0 <= stats["em"] <= stats["pass_at_k"] <= 1.0
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning) and "trajectory.info" in str(w.message)]
