@@ -140,6 +140,36 @@ def test_kl_reference_start_anchors_to_the_warm_start_and_base_to_the_model_unde
         TrainConfig(kl_reference=" ").validate()
 
 
+def test_sft_lora_layers_puts_adapters_on_the_top_layers_only_and_train_continues_them(
+    tiny_model_dir_for_synthhop: Path, tmp_path: Path
+) -> None:
+    from agent_gym.trainers.config import ConfigError, TrainConfig
+    from agent_gym.trainers.trainer import Trainer
+
+    model, _ = load_model_and_tokenizer(tiny_model_dir_for_synthhop)
+    total = int(model.config.num_hidden_layers)
+    peft_model = prepare_sft_model(model, SFTConfig(lora_rank=4, lora_alpha=8, lora_layers=1))
+    trained = [name for name, p in peft_model.named_parameters() if p.requires_grad]
+    assert trained and all("lora_" in name and f".layers.{total - 1}." in name for name in trained)
+    kinds = {name.split(f".layers.{total - 1}.")[1].split(".lora_")[0] for name in trained}
+    assert {"self_attn.q_proj", "mlp.down_proj"} <= kinds  # every linear module of the layer, as all-linear means
+    peft_model.save_pretrained(tmp_path / "top")
+    config = TrainConfig(env_id="AgentR1-SynthHop-v0", env_kwargs=TINY_SYNTHHOP, model=str(tiny_model_dir_for_synthhop),
+                         adapter=str(tmp_path / "top"), dtype="float32", tasks_per_step=1, group_size=2,
+                         total_steps=1, max_new_tokens=8, output_dir=str(tmp_path / "run"), eval_every=0,
+                         show_progress=False, tensorboard=False, torch_threads=1)
+    trainer = Trainer(config)
+    try:
+        assert {n for n, p in trainer.model.named_parameters() if p.requires_grad} == set(trained)
+    finally:
+        trainer.close()
+    with pytest.raises(ConfigError, match="lora_layers"):
+        SFTConfig(env="e", model="m", output_dir="o", lora_layers=1).validate()  # no lora_rank
+    with pytest.raises(ConfigError, match="between 1 and"):
+        prepare_sft_model(load_model_and_tokenizer(tiny_model_dir_for_synthhop)[0],
+                          SFTConfig(lora_rank=4, lora_layers=total + 1))
+
+
 def test_bf16_is_the_default_only_where_the_cpu_computes_it_natively_and_it_measured_faster(tmp_path: Path) -> None:
     assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "avx512_bf16"}), speedup=2.4) == torch.bfloat16
     assert resolve_dtype("auto", "cpu", flags=frozenset({"avx2", "amx_bf16"}), speedup=1.6) == torch.bfloat16

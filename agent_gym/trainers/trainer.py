@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from agent_gym.error import InvalidValue
 from agent_gym.models.saving import save_model
 from agent_gym.trainers import metrics as m
 from agent_gym.trainers.algorithms import (
@@ -242,37 +243,14 @@ class Trainer:
         return load_model_and_tokenizer(config.model, dtype=dtype)
 
     def _apply_lora(self, model: torch.nn.Module) -> torch.nn.Module:
-        from peft import LoraConfig, get_peft_model
+        from agent_gym.models.lora_setup import add_lora
 
-        targets: Any = self.config.lora_target_modules
-        if targets == ["all-linear"]:
-            targets = "all-linear"
-        layers = None
-        if self.config.lora_layers:
-            # Adapters on the top layers only: nothing below the lowest of them needs a gradient, so autograd
-            # records no graph there and the backward stops at that layer (no torch.no_grad needed: the hidden
-            # states below require no grad). peft takes layers_to_transform only with named targets.
-            total = int(model.config.num_hidden_layers)
-            if self.config.lora_layers > total:
-                raise ConfigError(f"lora_layers={self.config.lora_layers} exceeds the model's {total} layers")
-            layers = list(range(total - self.config.lora_layers, total))
-            if targets == "all-linear":
-                targets = sorted(
-                    {
-                        name.rsplit(".", 1)[-1]
-                        for name, module in model.named_modules()
-                        if isinstance(module, torch.nn.Linear) and ".layers." in name
-                    }
-                )
-        lora = LoraConfig(
-            r=self.config.lora_rank,
-            lora_alpha=self.config.lora_alpha,
-            lora_dropout=self.config.lora_dropout,
-            target_modules=targets,
-            layers_to_transform=layers,
-            task_type="CAUSAL_LM",
-        )
-        return get_peft_model(model, lora)
+        config = self.config
+        try:
+            return add_lora(model, rank=config.lora_rank, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                            targets=config.lora_target_modules, top_layers=config.lora_layers)
+        except InvalidValue as error:
+            raise ConfigError(str(error)) from error
 
     def _default_env_fns(self, env_kwargs: dict[str, Any]) -> list[Callable[[], Any]]:
 

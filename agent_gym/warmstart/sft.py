@@ -102,6 +102,9 @@ class SFTConfig:
         "help": "train LoRA adapters of this rank on every linear layer and save only them (0: full fine-tune); "
                 "`agent-gym train --adapter OUT` continues them"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (scale alpha/rank)"})
+    lora_layers: int = field(default=0, metadata={
+        "help": "with lora_rank: adapters on the top N decoder layers only, so the backward pass stops there "
+                "(0: every layer); `train --adapter` continues them as they are"})
 
     def validate(self) -> None:
         """Raise `ConfigError` naming the first invalid field; `SFTTrainer` calls it."""
@@ -111,6 +114,8 @@ class SFTConfig:
         for name in ("episodes", "epochs", "batch_size", "max_length", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.lora_layers < 0 or (self.lora_layers and not self.lora_rank):
+            raise ConfigError(f"lora_layers needs lora_rank > 0 and must be >= 0, got {self.lora_layers}")
 
 
 def _epoch_order(size: int, seed: int, epoch: int) -> list[int]:
@@ -262,15 +267,17 @@ def _autocast(model: torch.nn.Module, config: SFTConfig) -> Any:
 
 
 def prepare_sft_model(model: torch.nn.Module, config: SFTConfig) -> torch.nn.Module:
-    """With ``config.lora_rank``: the model wrapped with fresh LoRA adapters on every linear layer (peft keeps them
-    in fp32 over a bf16 base); otherwise the model itself, every weight trained."""
+    """With ``config.lora_rank``: the model wrapped with fresh LoRA adapters on every linear layer, or those of the
+    top ``config.lora_layers`` layers (peft keeps them in fp32 over a bf16 base); otherwise the model itself, every
+    weight trained."""
     if not config.lora_rank:
         return model
-    from peft import LoraConfig, get_peft_model
+    from agent_gym.models.lora_setup import add_lora
 
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, target_modules="all-linear",
-                      task_type="CAUSAL_LM")
-    return get_peft_model(model, lora)
+    try:
+        return add_lora(model, rank=config.lora_rank, alpha=config.lora_alpha, top_layers=config.lora_layers)
+    except InvalidValue as error:
+        raise ConfigError(str(error)) from error
 
 
 def sft_load_dtype(config: SFTConfig) -> torch.dtype:
