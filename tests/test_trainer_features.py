@@ -184,6 +184,25 @@ def test_metrics_by_hops_splits_the_rollout_metrics_without_touching_the_update(
     assert torch.equal(update.targets.advantages, plain.advantages)  # a split of the logs, not a balance
 
 
+def test_log_rollouts_writes_whole_groups_each_step_and_a_resumed_run_writes_each_step_once(tmp_path):
+    import json
+
+    trainer = _trainer(tmp_path, log_rollouts=1, tasks_per_step=2, total_steps=2, save_every=1)
+    trainer.train()
+    path = tmp_path / "run" / "rollouts.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 1, 2, 2]  # one group of group_size=2 episodes a step
+    assert len({r["group"] for r in records if r["step"] == 1}) == 1
+    first = records[0]
+    assert first["task_fields"]["hops"] in (1, 2) and first["turns"] == 1 and QUESTION in first["prompt_tail"]
+    assert isinstance(first["response"], str) and first["reward"] in (0.0, 1.0)
+    (tmp_path / "run" / "rollouts.jsonl").open("a").write(json.dumps({**first, "step": 3}) + "\n")  # a killed run's
+    resumed = _trainer(tmp_path, log_rollouts=1, tasks_per_step=2, total_steps=3, save_every=1)
+    resumed.train()
+    steps = [json.loads(line)["step"] for line in path.read_text().splitlines()]
+    assert steps == [1, 1, 2, 2, 3, 3]
+
+
 def test_a_field_the_env_does_not_give_stops_the_step_with_its_name(tmp_path):
     trainer = _trainer(tmp_path, balance_by="level")
     with pytest.raises(ValueError, match="balance_by='level'"):

@@ -156,6 +156,13 @@ class TrainConfig:
             "charts/informative_groups/<value>. Empty: no balance."
         ),
     )
+    log_rollouts: int = field(
+        default=0,
+        metadata=_help(
+            "Groups of each step's rollout written whole to OUTPUT_DIR/rollouts.jsonl (the decoded episodes with "
+            "their task fields, reward, EM and tool calls), to read how a habit changes; 0: none."
+        ),
+    )
     metrics_by: str = field(
         default="",
         metadata=_help(
@@ -460,6 +467,7 @@ class TrainConfig:
             "kl_in_reward_coef",
             "entropy_coef",
             "lr",
+            "log_rollouts",
             "critic_lr",
             "max_grad_norm",
         )

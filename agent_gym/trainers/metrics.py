@@ -147,6 +147,15 @@ def _step_of(line: str) -> int | None:
         return None
 
 
+def drop_records_after(path: Path, step: int) -> None:
+    """Keep the records of a JSONL file up to ``step`` (and drop torn lines): a resumed run writes each later step
+    again. The file is replaced whole (`_replace_lines`), never truncated in place."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept = [line for line in lines if (number := _step_of(line)) is not None and number <= step]
+    if kept != lines:
+        _replace_lines(path, path.with_name(path.name + ".tmp"), kept)
+
+
 def _replace_lines(path: Path, temporary: Path, lines: Sequence[str]) -> None:
     """Make ``path`` hold ``lines``, all at once: written to ``temporary``, synced, then renamed over ``path``."""
     try:
@@ -175,10 +184,7 @@ class MetricsLogger:
         rewrite = self.path.with_name(self.path.name + ".tmp")
         rewrite.unlink(missing_ok=True)  # left by a run killed during its own rewrite; the history is intact
         if resume_step is not None and self.path.exists():
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-            kept = [line for line in lines if (step := _step_of(line)) is not None and step <= resume_step]
-            if kept != lines:
-                _replace_lines(self.path, rewrite, kept)
+            drop_records_after(self.path, resume_step)
         elif resume_step is None and self.path.exists():
             self.path.unlink()  # a fresh run does not mix with an old one's curves
         self._file = self.path.open("a", encoding="utf-8")

@@ -72,6 +72,7 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     "show_progress": "progress bars",
     "tensorboard": "an extra copy of the metrics",
     "metrics_by": "which extra metrics are logged",
+    "log_rollouts": "how many sample episodes are written",
     "output_dir": "the run directory may move",
     "resume": "how the checkpoint is found",
     "overwrite": "a resumed run overwrites nothing",

@@ -82,6 +82,7 @@ from agent_gym.trainers.lr_schedule import lr_lambda
 from agent_gym.trainers.metrics import MetricsLogger, episode_metrics
 from agent_gym.trainers.packed_forward import packed_logprobs
 from agent_gym.trainers.rollout import RolloutCollector, RolloutConfig
+from agent_gym.trainers.rollout_log import RolloutLog
 from agent_gym.trainers.run_dir import check_run_dir, clear_run_dir
 from agent_gym.trainers.run_record import RECORD_FILE, RECORD_KEY, RunRecord, check_resume, write_run_record
 from agent_gym.trainers.stop_signals import StopOnSignal, StopRequested, TrainingInterrupted
@@ -227,6 +228,7 @@ class Trainer:
         # signal cut short. It rides in the checkpoint, so the run that continues logs it.
         self._unlogged_metrics: dict[str, float] | None = None
         self._checkpointed: tuple[int, bool, Path] | None = None  # (step, unlogged?, path) of the newest save
+        self._rollout_log: RolloutLog | None = None
 
     # ------------------------------------------------------------------------------------------ setup
 
@@ -596,6 +598,8 @@ class Trainer:
                 metrics[f"{m.INFORMATIVE_GROUPS}/{kind}"] = share
         if config.metrics_by:
             metrics.update(metrics_by_kind(sampled.sampled, config.metrics_by))
+        if config.log_rollouts:
+            self._open_rollout_log(self.step - 1 if self.resumed_from else None).write(self.step, sampled.sampled)
         self.backend.sync_weights(self.model)
         return metrics
 
@@ -622,6 +626,8 @@ class Trainer:
         # continuing a step whose record is not logged: its line, if a killed run wrote one, is dropped
         resume_step = self.step - (self._unlogged_metrics is not None) if self.resumed_from else None
         last: dict[str, float] = {}
+        if config.log_rollouts:
+            self._open_rollout_log(resume_step)
         with (
             StopOnSignal() as stop,
             self._update_finishes_once_begun(stop),
@@ -669,6 +675,12 @@ class Trainer:
                 raise TrainingInterrupted(stopped.signal_number, self.step, config.total_steps, path) from None
             self.save_final()  # a signal during it is too late to stop anything: the run is complete
         return last
+
+    def _open_rollout_log(self, resume_step: int | None) -> RolloutLog:
+        """The run's `RolloutLog`, opened once (a resumed run's later records dropped from ``resume_step`` on)."""
+        if self._rollout_log is None:
+            self._rollout_log = RolloutLog(self.output_dir, self.tokenizer, self.config.log_rollouts, resume_step)
+        return self._rollout_log
 
     @contextlib.contextmanager
     def _update_finishes_once_begun(self, stop: StopOnSignal) -> Iterator[None]:
