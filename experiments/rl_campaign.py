@@ -137,7 +137,7 @@ def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: 
         "--kl-coef", "0",  # no reference model: verl's 0.001 is negligible here and costs a forward pass
         "--eval-every", "0",  # the curves are played by this script, split by hop count
         "--metrics-by", "hops",  # the rollout's habits per hop count (charts/tool_calls/1, .../2), logging only
-        "--log-rollouts", "2",  # two groups of each step, decoded, in RUN/rollouts.jsonl: how the habit changes
+        "--log-rollouts", "4",  # every group of each step, decoded, in RUN/rollouts.jsonl: how the habit changes
         "--save-every", str(args.chunk), "--keep-checkpoints", "2", "--torch-threads", "1",
         "--output-dir", str(directory), *fresh_flags(directory), "--no-show-progress", "--no-tensorboard",
         *flags,  # last, so a recipe may override a shared setting (argparse keeps the last value)

@@ -143,4 +143,34 @@ def test_play_groups_reads_each_episode_from_its_summary(tiny_model, recwarn) ->
                               seed=0, samples=2)
     assert stats["questions"] == 2 and stats["samples"] == 4
     assert 1.0 <= stats["turns"] <= 2.0 and 0.0 <= stats["em"] <= stats["pass_at_k"] <= 1.0
-    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning) and "trajectory.info" in str(w.message)]
+    deprecated = [w for w in recwarn if "trajectory.info" in str(w.message)]
+    assert deprecated == []
+
+
+def test_the_decision_probe_reads_the_choice_after_the_first_search(tiny_model) -> None:
+    import math
+
+    import decision_probe
+
+    from tests.conftest import TINY_SYNTHHOP
+
+    model, tokenizer = tiny_model
+    contexts = decision_probe.first_search_contexts(2, 3, {**TINY_SYNTHHOP, "max_turns": 4})
+    assert len(contexts) == 3
+    for messages in contexts:
+        assert messages[-1]["role"] == "tool" and [m["role"] for m in messages].count("assistant") == 1
+        assert "<tool_call>" in messages[-2]["content"]  # the oracle's first search
+    result = decision_probe.probe(model, tokenizer, contexts)
+    assert 0.0 < result["p_search"] < 1.0 and result["questions"] == 3
+    assert result["greedy_search_share"] in (0.0, 1 / 3, 2 / 3, 1.0)
+    # the probability of an opening is the product of its tokens' next-token probabilities
+    from agent_gym.models.chat_template import render_prompt
+
+    context = render_prompt(tokenizer, contexts[0])
+    ids = tokenizer.encode("<answer>", add_special_tokens=False)
+    import torch
+
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([context + ids])).logits[0].float()
+    expected = sum(float(torch.log_softmax(logits[len(context) - 1 + i], -1)[token]) for i, token in enumerate(ids))
+    assert math.isclose(decision_probe.opening_logprob(model, context, ids), expected, rel_tol=1e-4)

@@ -1,0 +1,113 @@
+"""How likely is the agent to search again after its first search, on 1-hop and on 2-hop questions (issue 25)?
+
+Greedy curves show a habit only once it flips; this reads the decision itself. For each of the first
+``--questions`` held-out questions of each hop count (world 7's test split), the oracle's first turn (a search
+for the question's entity) and the env's reply are the context, as a rollout renders it; then
+
+    p_search = P("<tool_call>") / (P("<tool_call>") + P("<answer>"))
+
+over the two ways the agent's next turn can open (each the probability of its whole token prefix). The policy
+RL is after searches again on 2-hop questions and answers on 1-hop ones: mean p_search near 0 on 1-hop and near 1
+on 2-hop. ``greedy_search_share`` is the share of questions with p_search > 0.5 (what greedy decoding does at
+that point).
+
+    python experiments/decision_probe.py ~/agent-gym-runs/sweep/warm75 experiments/checkpoints/rl-grpo-s0
+    python experiments/decision_probe.py ADAPTER ... --questions 100 --json-out docs/results/decision_probe.json
+
+One thread, about a minute an adapter for 100 questions of each hop count on the Intel Xeon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from real_model import TRAIN_ENV  # noqa: E402
+
+HELD_OUT = {**TRAIN_ENV, "world_seed": 7, "split": "test", "num_questions": 400}
+OPENINGS = {"search": "<tool_call>", "answer": "<answer>"}
+
+
+def first_search_contexts(hops: int, questions: int, env_kwargs: dict[str, Any] | None = None
+                          ) -> list[list[dict[str, Any]]]:
+    """The messages up to the env's reply to the oracle's first search, for the first ``questions`` tasks of the
+    held-out env (or of SynthHop with ``env_kwargs``)."""
+    import agent_gym  # noqa: F401  (registers the env ids)
+    from agent_gym.evaluation import run_episode
+    from agent_gym.make import make_env
+    from agent_gym.policies import make_policy
+
+    env = make_env("AgentR1-SynthHop-v0", {**(HELD_OUT if env_kwargs is None else env_kwargs), "hops": [hops]})
+    contexts = []
+    for index in range(questions):
+        record = run_episode(env, make_policy("oracle"), seed=index, options={"task_index": index},
+                             keep_messages=True)
+        messages = list(record.messages or [])
+        first_tool = next(i for i, message in enumerate(messages) if message.get("role") == "tool")
+        contexts.append(messages[: first_tool + 1])
+    env.close()
+    return contexts
+
+
+@torch.no_grad()
+def opening_logprob(model: Any, context_ids: list[int], opening_ids: list[int]) -> float:
+    """log P(opening | context), the sum over the opening's tokens."""
+    ids = torch.tensor([context_ids + opening_ids])
+    logits = model(input_ids=ids).logits[0, len(context_ids) - 1 : -1].float()
+    return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(opening_ids)[:, None]).sum())
+
+
+def probe(model: Any, tokenizer: Any, contexts: Sequence[list[dict[str, Any]]]) -> dict[str, float]:
+    """Mean p_search over the contexts, and the share of them where searching is the more likely opening."""
+    from agent_gym.models.chat_template import render_prompt
+
+    openings = {name: tokenizer.encode(text, add_special_tokens=False) for name, text in OPENINGS.items()}
+    values = []
+    for messages in contexts:
+        context = render_prompt(tokenizer, messages)
+        logprobs = {name: opening_logprob(model, context, ids) for name, ids in openings.items()}
+        top = max(logprobs.values())
+        weights = {name: pow(2.718281828459045, value - top) for name, value in logprobs.items()}
+        values.append(weights["search"] / sum(weights.values()))
+    return {"p_search": statistics.fmean(values), "greedy_search_share": sum(v > 0.5 for v in values) / len(values),
+            "questions": len(values)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("adapters", nargs="+", help="LoRA adapter directories (each names its base model)")
+    parser.add_argument("--questions", type=int, default=100, help="held-out questions of each hop count")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json-out", default=None, help="also write the results here (merged into its records)")
+    args = parser.parse_args(argv)
+    from agent_gym.models.model_init import load_model_and_tokenizer
+    from agent_gym.models.precision import resolve_dtype
+
+    torch.set_num_threads(args.threads)
+    contexts = {hops: first_search_contexts(hops, args.questions) for hops in (1, 2)}
+    results: dict[str, Any] = {}
+    out = Path(args.json_out) if args.json_out else None
+    if out is not None and out.is_file():
+        results = json.loads(out.read_text())
+    for adapter in args.adapters:
+        model, tokenizer = load_model_and_tokenizer(adapter, dtype=resolve_dtype(args.dtype))
+        model.eval()
+        row = {f"{hops}hop": probe(model, tokenizer, contexts[hops]) for hops in (1, 2)}
+        results[str(Path(adapter).name)] = {"adapter": str(adapter), **row}
+        print(Path(adapter).name, json.dumps(row), flush=True)
+        if out is not None:
+            out.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
