@@ -57,6 +57,18 @@ def first_search_contexts(hops: int, questions: int, env_kwargs: dict[str, Any] 
     return contexts
 
 
+def cached_contexts(cache: Path, hops: int, questions: int) -> list[list[dict[str, Any]]]:
+    """`first_search_contexts` of the held-out env, read from ``cache`` when an earlier run built them."""
+    path = cache / f"contexts_{hops}hop_{questions}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    contexts = first_search_contexts(hops, questions)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".tmp").write_text(json.dumps(contexts))
+    path.with_suffix(".tmp").replace(path)
+    return contexts
+
+
 @torch.no_grad()
 def opening_logprob(model: Any, context_ids: list[int], opening_ids: list[int]) -> float:
     """log P(opening | context), the sum over the opening's tokens."""
@@ -87,13 +99,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=100, help="held-out questions of each hop count")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--cache", default=str(Path.home() / "agent-gym-runs" / "decision_probe"),
+                        help="where the held-out contexts are kept once built (building them takes minutes)")
     parser.add_argument("--json-out", default=None, help="also write the results here (merged into its records)")
     args = parser.parse_args(argv)
     from agent_gym.models.model_init import load_model_and_tokenizer
     from agent_gym.models.precision import resolve_dtype
 
     torch.set_num_threads(args.threads)
-    contexts = {hops: first_search_contexts(hops, args.questions) for hops in (1, 2)}
+    contexts = {hops: cached_contexts(Path(args.cache), hops, args.questions) for hops in (1, 2)}
     results: dict[str, Any] = {}
     out = Path(args.json_out) if args.json_out else None
     if out is not None and out.is_file():
