@@ -211,6 +211,16 @@ def test_a_live_runs_directory_is_never_swept(tmp_path: Path, monkeypatch: pytes
     assert swept == [] and result.status == "ok" and result.stdout == "['main.py']\n"
 
 
+def test_a_run_directory_left_before_it_was_named_is_swept_once_stale_and_never_sooner(tmp_path: Path) -> None:
+    fresh, stale = tmp_path / f".{RUN_DIR_PREFIX}fresh", tmp_path / f".{RUN_DIR_PREFIX}stale"
+    fresh.mkdir()
+    stale.mkdir()
+    long_ago = time.time() - 3600
+    os.utime(stale, (long_ago, long_ago))  # its process died between mkdtemp and the rename, an hour ago
+    assert sweep_stale_runs(str(tmp_path), min_age_s=0) == [str(stale)]  # the fresh one may be a live run's
+    assert fresh.is_dir() and not stale.exists()
+
+
 def test_a_file_beyond_the_size_limit_cannot_be_written(sandbox: Sandbox) -> None:
     result = run(sandbox, "open('big', 'wb').write(b'x' * (2 * 1024 * 1024))")
     assert result.exception == "OSError" and "File too large" in result.stderr

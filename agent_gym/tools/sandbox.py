@@ -61,7 +61,10 @@ __all__ = ["Sandbox", "SandboxLimits", "SandboxRun", "SandboxError", "SandboxUna
 
 MAIN_FILE = "main.py"
 RUN_DIR_PREFIX = "agent-gym-run-"
-_STALE_AFTER_S = 10.0  # a run directory this old whose lock is free lost its process (the lock follows mkdtemp at once)
+# A run directory is made under this name, locked, then renamed to RUN_DIR_PREFIX...: a sweep never sees a live
+# run's directory unlocked. One left under it (its process died in that instant) is swept once it is stale.
+_NEW_RUN_DIR_PREFIX = "." + RUN_DIR_PREFIX
+_STALE_AFTER_S = 10.0  # a run directory this old whose lock is free lost its process
 REPORT_FD = sandbox_child.REPORT_FD
 _REPORT_LIMIT_BYTES = 1 << 20
 _EXIT_GRACE_S = 0.2  # after the program exits, how long its pipes may take to reach end-of-file
@@ -252,13 +255,16 @@ class Sandbox:
                 raise InvalidValue(f"channels must use descriptor numbers above {REPORT_FD}, got {sorted(channels)}")
             namespaces = self._namespaces()
             _sweep_once()
-            directory = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
+            directory = tempfile.mkdtemp(prefix=_NEW_RUN_DIR_PREFIX)
         except BaseException:
             _close_all(channels.values())
             raise
         lock = None
         try:
             lock = _lock_directory(directory)  # held while the run lives: the sweep of other processes skips it
+            named = os.path.join(os.path.dirname(directory), os.path.basename(directory)[1:])
+            os.rename(directory, named)  # the lock follows the directory: it is never visible unlocked
+            directory = named
             for name, text in {**(files or {}), MAIN_FILE: code}.items():
                 path = Path(directory, name)
                 if path.parent != Path(directory):
@@ -342,7 +348,7 @@ def sweep_stale_runs(parent: str | None = None, *, min_age_s: float = _STALE_AFT
     parent = parent or tempfile.gettempdir()
     removed = []
     try:
-        names = [name for name in os.listdir(parent) if name.startswith(RUN_DIR_PREFIX)]
+        names = [name for name in os.listdir(parent) if name.startswith((RUN_DIR_PREFIX, _NEW_RUN_DIR_PREFIX))]
     except OSError:
         return removed
     for name in names:
@@ -351,8 +357,11 @@ def sweep_stale_runs(parent: str | None = None, *, min_age_s: float = _STALE_AFT
             info = os.lstat(path)
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
                 continue
-            if time.time() - info.st_mtime < min_age_s:
-                continue  # between mkdtemp and its lock, a live run's directory is unlocked for an instant
+            # a new directory is unlocked for an instant after mkdtemp: only a stale one is swept, whatever the age
+            # asked for (a named one is locked before it gets its name)
+            age = time.time() - info.st_mtime
+            if age < min_age_s or (name.startswith(_NEW_RUN_DIR_PREFIX) and age < _STALE_AFTER_S):
+                continue
             descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError:
             continue
