@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import TINY_SYNTHHOP
+from support.signals import sigint_as_at_a_terminal
 
 from agent_gym.cli import main
 
@@ -65,7 +66,8 @@ def test_an_interrupted_eval_rerun_keeps_the_earlier_results_and_reports_what_fi
     earlier = out.read_text(encoding="utf-8")
 
     child = subprocess.Popen([sys.executable, "-c", _SLOW_EVAL, *eval_args, "--episodes", "20"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=sigint_as_at_a_terminal)
     partial = tmp_path / "oracle.partial.jsonl"
     stdout, stderr = _signal_when(child, lambda: len(_lines(partial)) >= 2, signal.SIGINT)
 
@@ -184,7 +186,8 @@ def test_ctrl_c_during_train_saves_a_checkpoint_and_the_same_command_continues_i
     run = tmp_path / "run"
     flags = _train_flags(tiny_model_dir_for_synthhop, run)  # --save-every 0: no checkpoint before the end
     child = subprocess.Popen([sys.executable, "-m", "agent_gym.cli", *flags, "--no-show-progress"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=sigint_as_at_a_terminal)
     # once step 1 is logged: step 2 is under way
     stdout, stderr = _signal_when(child, lambda: len(_lines(run / "metrics.jsonl")) >= 1, signal.SIGINT)
 

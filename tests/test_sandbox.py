@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.signals import sigint_as_at_a_terminal
 
 from agent_gym.tools.sandbox import (
     RUN_DIR_PREFIX,
@@ -148,7 +149,8 @@ def _alive(pid: int) -> bool:
 def _start_env_with_a_sleeping_run(tmp_path: Path, wall_s: float) -> tuple[subprocess.Popen, int, Path]:
     """The env process, its sandboxed program (once that runs) and the program's run directory."""
     env = subprocess.Popen([sys.executable, "-c", ENV_PROCESS.format(wall_s=wall_s)], env={**os.environ,
-                           "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                           "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           preexec_fn=sigint_as_at_a_terminal)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         runs = list(tmp_path.glob(f"{RUN_DIR_PREFIX}*"))
