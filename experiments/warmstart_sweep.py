@@ -9,13 +9,16 @@ warm start for RL is chosen by how often its samples disagree, by a rule fixed b
 
     python experiments/warmstart_sweep.py --out ~/agent-gym-runs/sweep            # every share, resumable
     python experiments/warmstart_sweep.py --out ~/agent-gym-runs/sweep --shares 5 25 --publish
+    python experiments/warmstart_sweep.py --epochs 3       # the same sweep with 3 epochs for every share (sweep-e3)
 
 Each warm start: `agent-gym sft` (LoRA r16, 160 `oracle` episodes of world 0, 1 epoch, batch 4, lr 5e-4, dtype auto,
-one thread), then on world 7's test split (never seen; 200 questions of each hop count): greedy EM, sampled EM
-(temperature 1), the second-search rate, and 8 samples on each of 64 questions of each hop count (pass@8 and the
-informative share). Every measure is cached in OUT/warmNN_eval.json as it finishes, so a killed sweep resumes.
+one thread; ``--epochs`` changes the epochs of every share alike, the issue's rule), then on world 7's test split
+(never seen; 200 questions of each hop count): greedy EM, sampled EM (temperature 1), the second-search rate, and
+8 samples on each of 64 questions of each hop count (pass@8 and the informative share). Every measure
+is cached in OUT/warmNN_eval.json as it finishes, so a killed sweep resumes.
 ``--publish`` copies the adapters (bf16) to experiments/checkpoints/sweep-warmNN and the records to
-docs/results/warmstart_sweep.json and docs/results/learning.json (``algorithm: "sft"``, ``two_hop_share``).
+docs/results/warmstart_sweep.json and docs/results/learning.json (``algorithm: "sft"``, ``two_hop_share``); with
+``--epochs 3`` every name gains ``-e3`` (sweep-e3-warmNN, warmstart_sweep_e3.json), so both sweeps are kept.
 """
 
 from __future__ import annotations
@@ -49,6 +52,16 @@ MEASURES: dict[str, tuple[float, int, int, int]] = {
 
 def warm_name(share: int) -> str:
     return f"warm{share}"
+
+
+def sweep_tag(epochs: int) -> str:
+    """The suffix that keeps a sweep of more epochs apart from the first one (1 epoch: no suffix)."""
+    return "" if epochs == 1 else f"-e{epochs}"
+
+
+def run_name(epochs: int, share: int) -> str:
+    """The warm start's name in the repository (its checkpoint folder and its learning.json ``run``)."""
+    return f"sweep{sweep_tag(epochs)}-{warm_name(share)}"
 
 
 def group_stats(successes: Mapping[Any, Sequence[bool]], searches: Sequence[int]) -> dict[str, float]:
@@ -97,17 +110,20 @@ def choice_is_final(evals: Mapping[int, Mapping[str, Any]]) -> bool:
 
 
 CHECKPOINTS = ROOT / "experiments" / "checkpoints"
-RESULTS = ROOT / "docs" / "results" / "warmstart_sweep.json"
 
 
-def restore_from_repo(out: Path, share: int) -> bool:
+def results_path(epochs: int) -> Path:
+    return ROOT / "docs" / "results" / f"warmstart_sweep{sweep_tag(epochs).replace('-', '_')}.json"
+
+
+def restore_from_repo(out: Path, share: int, epochs: int = 1) -> bool:
     """On a machine without the sweep's run directory: the committed adapter (bf16) and the committed measures of
     a warm start become the local ones, so the sweep goes on where the last sitting stopped. Returns whether the
     adapter was restored."""
-    local, committed = out / warm_name(share), CHECKPOINTS / f"sweep-{warm_name(share)}"
-    eval_path = out / f"{warm_name(share)}_eval.json"
-    if not eval_path.is_file() and RESULTS.is_file():
-        measured = json.loads(RESULTS.read_text()).get("evals", {}).get(str(share))
+    local, committed = out / warm_name(share), CHECKPOINTS / run_name(epochs, share)
+    eval_path, results = out / f"{warm_name(share)}_eval.json", results_path(epochs)
+    if not eval_path.is_file() and results.is_file():
+        measured = json.loads(results.read_text()).get("evals", {}).get(str(share))
         if measured:
             eval_path.write_text(json.dumps(measured, indent=2))
     if (local / "sft_summary.json").is_file() or not (committed / "sft_summary.json").is_file():
@@ -120,13 +136,13 @@ def restore_from_repo(out: Path, share: int) -> bool:
 def sft(args: argparse.Namespace, share: int, timings: Timings) -> Path:
     """One warm start: LoRA SFT on the oracle's episodes of world 0 with the share's hop mix."""
     out_dir = Path(args.out) / warm_name(share)
-    restore_from_repo(Path(args.out), share)
+    restore_from_repo(Path(args.out), share, args.epochs)
     if (out_dir / "sft_summary.json").is_file():
         return out_dir
     started = time.perf_counter()
     _run(_agent_gym("sft", "--env", ENV_ID, "--env-kwargs", json.dumps({**TRAIN_ENV, "hops": SHARES[share]}),
                     "--policy", "oracle", "--model", args.model, "--output-dir", str(out_dir),
-                    "--episodes", str(args.sft_episodes), "--epochs", "1", "--batch-size", "4",
+                    "--episodes", str(args.sft_episodes), "--epochs", str(args.epochs), "--batch-size", "4",
                     "--lr", str(args.sft_lr), "--lora-rank", str(args.lora_rank), "--dtype", args.dtype,
                     "--save-every", "10", "--torch-threads", str(args.threads), "--seed", "0",
                     *fresh_flags(out_dir)),
@@ -200,7 +216,7 @@ def record(args: argparse.Namespace, share: int, evaluation: Mapping[str, Any]) 
     summary = json.loads((Path(args.out) / warm_name(share) / "sft_summary.json").read_text())
     greedy1, greedy2 = evaluation["greedy_1hop"]["em"], evaluation["greedy_2hop"]["em"]
     return {
-        "model": args.model, "run": f"sweep-{warm_name(share)}", "algorithm": "sft", "seed": 0,
+        "model": args.model, "run": run_name(args.epochs, share), "algorithm": "sft", "seed": 0, "epochs": args.epochs,
         "two_hop_share": share / 100, "eval_world": HELD_OUT["world_seed"],
         "eval_episodes": evaluation["greedy_1hop"]["questions"],
         "final_em": {"greedy": (greedy1 + greedy2) / 2, "greedy_mix": (greedy1 + greedy2) / 2,
@@ -237,20 +253,20 @@ def publish(args: argparse.Namespace, evals: Mapping[int, Mapping[str, Any]], ch
     for share in SHARES:
         local = Path(args.out) / warm_name(share)
         if (local / "sft_summary.json").is_file() and not (local / "RESTORED").is_file():
-            publish_adapter(local, f"sweep-{warm_name(share)}")
-    results = ROOT / "docs" / "results"
-    (results / "warmstart_sweep.json").write_text(json.dumps(
-        {"held_out": HELD_OUT, "shares": SHARES, "chosen": chosen, "evals": {str(s): e for s, e in evals.items()},
-         "table": table(evals, chosen)}, indent=2))
-    path = results / "learning.json"
-    kept = [r for r in json.loads(path.read_text()) if not str(r.get("run", "")).startswith("sweep-")]
+            publish_adapter(local, run_name(args.epochs, share))
+    results_path(args.epochs).write_text(json.dumps(
+        {"held_out": HELD_OUT, "shares": SHARES, "epochs": args.epochs, "chosen": chosen,
+         "evals": {str(s): e for s, e in evals.items()}, "table": table(evals, chosen)}, indent=2))
+    path = ROOT / "docs" / "results" / "learning.json"
+    prefix = run_name(args.epochs, 0).removesuffix("0")  # this sweep's records only; the other sweep's stay
+    kept = [r for r in json.loads(path.read_text()) if not str(r.get("run", "")).startswith(prefix)]
     path.write_text(json.dumps(kept + records, indent=2))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=MODEL)
-    parser.add_argument("--out", default=str(Path.home() / "agent-gym-runs" / "sweep"))
+    parser.add_argument("--out", default=None, help="run directory (default ~/agent-gym-runs/sweep, or sweep-e3 ...)")
     parser.add_argument("--shares", nargs="+", type=int, default=sorted(SHARES), choices=sorted(SHARES))
     parser.add_argument("--stage", choices=["sft", "pass8", "all"], default="all",
                         help="sft: the warm starts only; pass8: also what the choice needs, not the 200-question evals")
@@ -258,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--sft-episodes", type=int, default=160)
+    parser.add_argument("--epochs", type=int, default=1, help="SFT epochs, the same for every share")
     parser.add_argument("--sft-lr", type=float, default=5e-4)
     parser.add_argument("--eval-questions", type=int, default=200, help="held-out questions of each hop count")
     parser.add_argument("--pass-questions", type=int, default=64, help="questions sampled 8 times, each hop count")
@@ -266,6 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="measure nothing: publish what is measured so far (beside a running sweep)")
     args = parser.parse_args(argv)
     args.publish = args.publish or args.publish_only
+    if args.epochs < 1:
+        parser.error("--epochs must be at least 1")
+    args.out = args.out or str(Path.home() / "agent-gym-runs" / f"sweep{sweep_tag(args.epochs)}")
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import torch
 

@@ -125,7 +125,7 @@ def test_a_new_machine_resumes_the_sweep_from_the_committed_adapter_and_measures
     results = tmp_path / "warmstart_sweep.json"
     results.write_text('{"evals": {"25": {"pass8_1hop": {"informative": 0.5}}}}')
     monkeypatch.setattr(sweep, "CHECKPOINTS", tmp_path / "checkpoints")
-    monkeypatch.setattr(sweep, "RESULTS", results)
+    monkeypatch.setattr(sweep, "results_path", lambda epochs: results if epochs == 1 else tmp_path / "none.json")
     out = tmp_path / "sweep"
     out.mkdir()
     assert sweep.restore_from_repo(out, 25)
@@ -133,6 +133,13 @@ def test_a_new_machine_resumes_the_sweep_from_the_committed_adapter_and_measures
     assert json.loads((out / "warm25_eval.json").read_text()) == {"pass8_1hop": {"informative": 0.5}}
     assert not sweep.restore_from_repo(out, 25)  # a local warm start is never overwritten
     assert not sweep.restore_from_repo(out, 50)  # nothing committed for that share
+    assert not sweep.restore_from_repo(tmp_path / "sweep-e3", 25, epochs=3)  # a 3-epoch sweep never takes 1-epoch ones
+
+
+def test_a_sweep_of_more_epochs_is_named_apart_from_the_first() -> None:
+    assert sweep.run_name(1, 25) == "sweep-warm25" and sweep.run_name(3, 25) == "sweep-e3-warm25"
+    assert sweep.results_path(1).name == "warmstart_sweep.json"
+    assert sweep.results_path(3).name == "warmstart_sweep_e3.json"
 
 
 def test_play_groups_reads_each_episode_from_its_summary(tiny_model, recwarn) -> None:
