@@ -23,6 +23,9 @@ COMMAND_CONFIGS = {
     "data fetch": ("agent_gym.envs.datasets.download:DatasetFileConfig", set()),
     "data where": ("agent_gym.envs.datasets.download:DatasetFileConfig", set()),
     "data export-verl": ("agent_gym.adapters.verl_dataset:VerlExportConfig", ENV_KWARGS),
+    "play": ("agent_gym.cli.env:PlayConfig", ENV_KWARGS),
+    "plot": ("agent_gym.trainers.plot:PlotConfig", set()),
+    "model get": ("agent_gym.models.pretrained:GetModelConfig", set()),
 }
 
 
@@ -67,3 +70,11 @@ def test_the_commands_parse_to_the_same_settings_a_python_user_builds():
         _build_parser("index build").parse_args(["--corpus", "c", "--out", "o", "--param", "novalue"])
     with pytest.raises(SystemExit):  # a port out of range is argparse's usage error, as before
         _build_parser("env serve").parse_args(["Env-v0", "--port", "99999"])
+    from agent_gym.trainers.plot import PlotConfig
+
+    plot = _build_parser("plot").parse_args(["run-a", "run-b", "--keys", "charts/em"])
+    assert (plot.run_dirs, plot.keys) == (["run-a", "run-b"], ["charts/em"])
+    assert PlotConfig(**{f.name: getattr(plot, f.name) for f in dataclasses.fields(PlotConfig)}) == PlotConfig(
+        run_dirs=["run-a", "run-b"], keys=["charts/em"])
+    with pytest.raises(SystemExit):  # model get knows its models: a typo is a usage error naming the choices
+        _build_parser("model get").parse_args(["smollm2-136m"])

@@ -3,10 +3,10 @@
 Each field becomes ``--field-name``, its help the field's ``metadata["help"]``, so the flags never drift from
 the code. Other metadata keys: ``choices`` (allowed values), ``required`` (the flag must be given), ``one_of``
 (fields sharing this name form a group of which exactly one flag must be given) and ``metavar``; and, for the
-commands whose flags predate their configs (``eval``, ``index``, ``bench``, ``env serve``, ``data``):
-``positional`` (an argument without a flag, e.g. ``env_id``), ``append`` (a repeatable flag collecting a list),
-``type`` (the converter of the flag's text, e.g. ``port_number``) and ``exclusive`` (fields sharing this name
-form a group of which at most one flag may be given).
+commands whose flags predate their configs (``eval``, ``index``, ``bench``, ``env serve``, ``data``, ``play``,
+``plot``, ``model get``): ``positional`` (an argument without a flag, e.g. ``env_id``; a list field takes one or
+more), ``append`` (a repeatable flag collecting a list), ``type`` (the converter of the flag's text, e.g.
+``port_number``) and ``exclusive`` (fields sharing this name form a group of which at most one flag may be given).
 
 Two modes:
 
@@ -177,6 +177,10 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, *, expli
             kwargs.pop("default")
             if converter is not None:
                 kwargs["type"] = converter
+            if f.metadata.get("choices"):
+                kwargs["choices"] = list(f.metadata["choices"])
+            if typing.get_origin(inner) is list:  # one or more values, e.g. `plot RUN_DIR...`
+                kwargs["nargs"] = "+"
             parser.add_argument(f.name, **kwargs)
             continue
         if "exclusive" in f.metadata:

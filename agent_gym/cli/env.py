@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent_gym.cli.args import (
@@ -17,8 +18,8 @@ from agent_gym.cli.args import (
 from agent_gym.cli.config_flags import add_dataclass_arguments
 from agent_gym.contract import GOLD_ANSWERS, MESSAGES, REWARD_COMPONENTS
 
-__all__ = ["add_env_serve_arguments", "add_envs_arguments", "add_play_arguments", "run_env_serve", "run_envs",
-           "run_play"]
+__all__ = ["PlayConfig", "add_env_serve_arguments", "add_envs_arguments", "add_play_arguments", "run_env_serve",
+           "run_envs", "run_play"]
 
 
 def add_envs_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,18 +39,27 @@ def run_envs(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------- play
 
 
+@dataclass
+class PlayConfig:
+    """The settings of ``agent-gym play`` (its flags come from these fields, beside the env kwargs)."""
+
+    env_id: str = field(metadata={"positional": True, "help": "environment id, e.g. AgentR1-SynthHop-v0"})
+    seed: int = field(default=0, metadata={"help": "the reset's seed"})
+    task_id: str | None = field(default=None, metadata={"help": "play this task (default: drawn by the seed)"})
+    model: str | None = field(default=None, metadata={
+        "help": "let this model (a directory or a known name such as smollm2-135m-instruct) write the agent's "
+                "turns, greedy, and watch; default: you type them"})
+    adapter: str | None = field(default=None, metadata={
+        "help": "with --model: a LoRA adapter directory merged into it"})
+    max_new_tokens: int = field(default=256, metadata={"help": "with --model: tokens per model turn"})
+    torch_threads: int | None = field(default=None, metadata={  # as eval's
+        "help": "with --model: torch.set_num_threads (default: agent_gym.models.threads's measured default; 0 "
+                "keeps torch's own)"})
+
+
 def add_play_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("env_id", help="environment id, e.g. AgentR1-SynthHop-v0")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--task-id", default=None, help="play this task (default: drawn by the seed)")
-    parser.add_argument("--model", default=None,
-                        help="let this model (a directory or a known name such as smollm2-135m-instruct) write the "
-                             "agent's turns, greedy, and watch; default: you type them")
-    parser.add_argument("--adapter", default=None, help="with --model: a LoRA adapter directory merged into it")
-    parser.add_argument("--max-new-tokens", type=int, default=256, help="with --model: tokens per model turn")
-    parser.add_argument("--torch-threads", type=int, default=None,  # as eval's
-                        help="with --model: torch.set_num_threads (default: agent_gym.models.threads's measured "
-                             "default; 0 keeps torch's own)")
+    """The flags of ``play``: the fields of `PlayConfig`, then the env kwargs."""
+    add_dataclass_arguments(parser, PlayConfig, explicit_only=False)
     add_env_kwargs_arguments(parser)
 
 

@@ -11,22 +11,21 @@ __all__ = ["add_model_get_arguments", "add_model_init_arguments", "run_model_get
 
 
 def add_model_get_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `agent-gym model get`."""
-    from agent_gym.models.pretrained import KNOWN_MODELS
+    """Flags of `agent-gym model get`: the fields of ``agent_gym.models.pretrained.GetModelConfig``."""
+    from agent_gym.cli.config_flags import add_dataclass_arguments
+    from agent_gym.models.pretrained import GetModelConfig
 
-    parser.add_argument("name", choices=sorted(KNOWN_MODELS), help="the model to convert")
-    parser.add_argument("--out", default=None,
-                        help="checkpoint directory (default: $AGENT_GYM_CACHE/models/NAME, "
-                             "AGENT_GYM_CACHE defaulting to ~/.cache/agent-gym)")
-    parser.add_argument("--force", action="store_true", help="convert again even if the checkpoint exists")
+    add_dataclass_arguments(parser, GetModelConfig, explicit_only=False)
 
 
 def run_model_get(ns: argparse.Namespace) -> int:
     """Entry point of `agent-gym model get`: prints the checkpoint directory (exit 2 with the reason on failure)."""
-    from agent_gym.models.pretrained import PROVENANCE_FILE, PretrainedModelError, get_model
+    from agent_gym.cli.config_flags import config_from_namespace
+    from agent_gym.models.pretrained import PROVENANCE_FILE, GetModelConfig, PretrainedModelError, get_model
 
+    config = config_from_namespace(ns, GetModelConfig)
     try:
-        path = get_model(ns.name, ns.out, force=ns.force)
+        path = get_model(config.name, config.out, force=config.force)
     except PretrainedModelError as error:
         print(f"agent-gym model get: {error}")
         return 2

@@ -8,24 +8,21 @@ __all__ = ["add_plot_arguments", "run_plot"]
 
 
 def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of `agent-gym plot`."""
-    from agent_gym.trainers.plot import DEFAULT_KEYS
+    """Flags of `agent-gym plot`: the fields of ``agent_gym.trainers.plot.PlotConfig``."""
+    from agent_gym.cli.config_flags import add_dataclass_arguments
+    from agent_gym.trainers.plot import PlotConfig
 
-    parser.add_argument(
-        "run_dirs", nargs="+", metavar="RUN_DIR", help="output directories of `agent-gym train`"
-    )
-    parser.add_argument("--out", default=None, help="PNG path (default: RUN_DIR/curves.png, or ./curves.png)")
-    parser.add_argument(
-        "--keys", nargs="+", default=None, help=f"metrics to draw (default: {', '.join(DEFAULT_KEYS)})"
-    )
+    add_dataclass_arguments(parser, PlotConfig, explicit_only=False)
 
 
 def run_plot(ns: argparse.Namespace) -> int:
     """Entry point of `agent-gym plot`; returns an exit code."""
-    from agent_gym.trainers.plot import plot_runs
+    from agent_gym.cli.config_flags import config_from_namespace
+    from agent_gym.trainers.plot import PlotConfig, plot_runs
 
+    config = config_from_namespace(ns, PlotConfig)
     try:
-        path = plot_runs(ns.run_dirs, ns.out, ns.keys)
+        path = plot_runs(config.run_dirs, config.out, config.keys)
     except (FileNotFoundError, ValueError) as error:
         print(f"agent-gym plot: {error}")
         return 2

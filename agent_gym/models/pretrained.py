@@ -28,7 +28,7 @@ import socket
 import threading
 import urllib.parse
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +189,17 @@ def _installed_version(distribution: str) -> str | None:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+@dataclass
+class GetModelConfig:
+    """The settings of ``agent-gym model get`` (its flags come from these fields)."""
+
+    name: str = field(metadata={"positional": True, "choices": sorted(KNOWN_MODELS), "help": "the model to convert"})
+    out: str | None = field(default=None, metadata={
+        "help": "checkpoint directory (default: $AGENT_GYM_CACHE/models/NAME, AGENT_GYM_CACHE defaulting to "
+                "~/.cache/agent-gym)"})
+    force: bool = field(default=False, metadata={"help": "convert again even if the checkpoint exists"})
 
 
 def get_model(name: str, out: str | Path | None = None, force: bool = False) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent_gym.error import InvalidValue
@@ -30,6 +31,18 @@ DEFAULT_KEYS = (
     m.KL_REF,
     m.TOKENS_PER_S,
 )
+
+
+@dataclass
+class PlotConfig:
+    """The settings of ``agent-gym plot`` (its flags come from these fields)."""
+
+    run_dirs: list[str] = field(metadata={
+        "positional": True, "metavar": "RUN_DIR", "help": "output directories of `agent-gym train`"})
+    out: str | None = field(default=None, metadata={
+        "help": "PNG path (default: RUN_DIR/curves.png, or ./curves.png)"})
+    keys: list[str] | None = field(default=None, metadata={
+        "help": f"metrics to draw (default: {', '.join(DEFAULT_KEYS)})"})
 
 
 def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
