@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -388,7 +389,9 @@ def test_training_updates_weights_and_logs_stable_metric_names(tiny_model_dir, t
     assert changed
     assert [r["step"] for r in records] == [0, 1, 2]  # step 0: eval of the starting policy
     expected = STABLE_NAMES | ({m.VALUE_LOSS} if algo == "ppo" else set())
+    expected |= {m.RESIDENT_MB} if sys.platform == "linux" else set()  # read from /proc
     assert expected <= set(records[1])
+    assert records[1].get(m.RESIDENT_MB, 100.0) > 50.0  # a process holding torch and a model
     assert {m.EVAL_REWARD, m.EVAL_EM} <= set(records[0]) & set(records[2])
     assert (tmp_path / "final" / "config.json").is_file()
     # the trained weights and the checkpoint's are as readable as the config beside them (safetensors wrote 0600)

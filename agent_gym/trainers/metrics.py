@@ -50,6 +50,7 @@ UPDATE_TIME = "perf/update_s"
 SAMPLER_LOGPROB_DIFF = "perf/sampler_logprob_abs_diff"  # |sampler - trainer| log-prob, backend mismatch
 UPDATE_TOKENS = "perf/update_tokens"  # positions the update's forward ran per optimizer step (shared prefix once)
 UPDATE_BF16 = "perf/update_bf16"  # 1 where the update computed in bf16 (autocast), 0 in fp32
+RESIDENT_MB = "perf/resident_mb"  # the process's resident memory after the step, its freed heap returned
 DROPPED_EPISODES = "perf/dropped_episodes"  # episodes of the step's rollout lost with a dead or hung env worker
 # --- held-out evaluation (greedy) ---
 EVAL_REWARD = "eval/reward"

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from agent_gym.error import InvalidValue
+from agent_gym.models.host_memory import release_freed_memory, resident_mb
 from agent_gym.models.saving import save_model
 from agent_gym.trainers import metrics as m
 from agent_gym.trainers.algorithms import (
@@ -577,6 +578,7 @@ class Trainer:
         targets = self.compute_advantages(batch, scored, kinds)
         stats = self._update(UpdateBatch(batch, scored, targets))
         self.step += 1
+        release_freed_memory()  # a fragmented heap would keep every step's peak (host_memory.py)
         elapsed = time.perf_counter() - started
         metrics = {
             **episode_metrics(sampled.sampled),
@@ -589,6 +591,8 @@ class Trainer:
             m.UPDATE_TIME: elapsed - rollout_s,
             m.DROPPED_EPISODES: float(self.collector.dropped_episodes - dropped_before),
         }
+        if (resident := resident_mb()) is not None:
+            metrics[m.RESIDENT_MB] = resident
         if config.group_size > 1:  # the share of groups that carry a contrast (GRPO learns from those only)
             metrics[m.INFORMATIVE_GROUPS] = sampled.informative_share
         if config.dynamic_sampling:
