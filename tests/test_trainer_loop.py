@@ -699,6 +699,36 @@ def test_vllm_backend_samples_from_the_updated_policy_after_each_step(vllm_model
     assert all(r[m.SAMPLER_LOGPROB_DIFF] < 1e-4 for r in records)  # ...and vLLM sampled from the moved policy
 
 
+def test_vllm_backend_starts_from_the_warm_start_adapter(vllm_model_dir, tmp_path):
+    from agent_gym.trainers.backends.vllm_backend import vllm_available
+
+    if not vllm_available():
+        pytest.skip("vllm is not importable here; on CPU this test runs in .venv-vllm (bash scripts/make_vllm_venv.sh)")
+    from transformers import AutoModelForCausalLM
+
+    from agent_gym.models.lora_setup import add_lora
+    from agent_gym.trainers.trainer import Trainer
+
+    # a warm start far from the base: LoRA's B matrices (zero when fresh) filled with noise
+    warm = add_lora(AutoModelForCausalLM.from_pretrained(vllm_model_dir), rank=8, alpha=16)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in warm.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)
+    warm.save_pretrained(tmp_path / "warm")
+    config = _config(vllm_model_dir, tmp_path / "run", backend="vllm", adapter=str(tmp_path / "warm"), group_size=4,
+                     tasks_per_step=4, total_steps=1, micro_batch_size=16, max_new_tokens=16,
+                     max_context_tokens=512, kl_coef=0.0, eval_every=0, save_every=0)
+    trainer = Trainer(config, env_fns=[ShortAnswerEnv] * 16, eval_env_fns=[ShortAnswerEnv])
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    (record,) = read_metrics(tmp_path / "run")
+    assert record[m.SAMPLER_LOGPROB_DIFF] < 1e-4  # vLLM sampled the warm start, not the base it loaded
+
+
 # --- a fast update (issue 26): the same loss and gradients with the shared prompt once and no padding ---
 
 

@@ -89,7 +89,8 @@ def test_a_recipe_flag_overrides_the_campaign_setting_it_repeats(tmp_path: Path)
 
     import rl_campaign
 
-    args = argparse.Namespace(model="m", tasks_per_step=4, group_size=8, lr=1e-4, micro_batch_size=2, chunk=5)
+    args = argparse.Namespace(model="m", tasks_per_step=4, group_size=8, lr=1e-4, micro_batch_size=2, chunk=5,
+                              backend="transformers", train_python="")
     command = rl_campaign.train_command(args, tmp_path / "warm", rl_campaign.RECIPES["grpo_lr2e-5"], 0, 5, tmp_path)
     assert [command[i + 1] for i, flag in enumerate(command) if flag == "--lr"][-1] == "2e-5"  # argparse: last wins
     plain = rl_campaign.train_command(args, tmp_path / "warm", rl_campaign.RECIPES["grpo"], 0, 5, tmp_path)
@@ -101,6 +102,19 @@ def test_a_recipe_flag_overrides_the_campaign_setting_it_repeats(tmp_path: Path)
     assert anchored[anchored.index("--adapter") + 1] == str(tmp_path / "rl-committed")
     assert anchored[anchored.index("--kl-reference") + 1] == str(tmp_path / "warm75")
     assert [anchored[i + 1] for i, flag in enumerate(anchored) if flag == "--kl-coef"][-1] == "0.1"
+    assert plain[0] == sys.executable and plain[plain.index("--backend") + 1] == "transformers"
+
+
+def test_a_campaign_on_vllm_runs_its_train_processes_in_the_vllm_venv(tmp_path: Path) -> None:
+    import argparse
+
+    import rl_campaign
+
+    args = argparse.Namespace(model="m", tasks_per_step=4, group_size=8, lr=1e-4, micro_batch_size=2, chunk=5,
+                              backend="vllm", train_python=".venv-vllm/bin/python")
+    command = rl_campaign.train_command(args, tmp_path / "warm", rl_campaign.RECIPES["grpo"], 0, 5, tmp_path)
+    assert command[:4] == [".venv-vllm/bin/python", "-m", "agent_gym.cli", "train"]
+    assert command[command.index("--backend") + 1] == "vllm"
 
 
 def test_rl_campaign_summary_plays_nothing_while_no_run_has_its_final_eval(tmp_path: Path, monkeypatch) -> None:

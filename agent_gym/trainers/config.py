@@ -480,8 +480,6 @@ class TrainConfig:
             )
         if self.adapter and self.lora_rank:
             raise ConfigError("adapter continues a saved LoRA adapter (its own rank); drop lora_rank, or adapter")
-        if self.adapter and self.backend == "vllm":
-            raise ConfigError("adapter is not supported with backend=vllm yet; use backend=transformers")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ConfigError(f"dual_clip must be > 1 (e.g. 3.0) or none, got {self.dual_clip}")
         if self.temperature <= 0:

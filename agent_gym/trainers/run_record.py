@@ -60,6 +60,7 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     # how it runs on this machine: the same updates, to float rounding
     "torch_threads": "CPU threads",
     "device": "where the tensors live",
+    "backend": "which engine samples the same policy (transformers or vLLM; other random streams)",
     "micro_batch_size": "gradient accumulation: memory only",
     "gradient_checkpointing": "memory only",
     "share_prompt": "speed only",

@@ -277,7 +277,7 @@ class Trainer:
             backend.sync_weights(self.model)
             return backend
         if config.backend == "vllm":  # loads config.model; sync_weights pushes our weights after each update
-            return make_backend(
+            backend = make_backend(
                 "vllm",
                 config.model,
                 self.tokenizer,
@@ -286,6 +286,9 @@ class Trainer:
                 max_model_len=config.max_context_tokens,
                 seed=config.seed,
             )
+            # the engine loaded config.model alone: a warm-start adapter (merged) is the policy's first sample
+            backend.sync_weights(self.model)
+            return backend
         return make_backend("openai", config.model, self.tokenizer, base_url=config.backend_url)
 
     def _make_collector(self, env_fns: Sequence[Callable[[], Any]]) -> RolloutCollector:
