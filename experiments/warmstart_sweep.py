@@ -302,7 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         get_model(args.model)
     # Every warm start first, then what the choice needs (pass@8) for all of them, then the 200-question evals:
     # a sweep cut short by the end of a sitting has measured the most useful things first.
-    adapters = {share: sft(args, share, timings) for share in args.shares}
+    if args.publish_only:  # beside a running sweep: train nothing either
+        adapters = {share: Path(args.out) / warm_name(share) for share in args.shares}
+    else:
+        adapters = {share: sft(args, share, timings) for share in args.shares}
     evals: dict[int, dict[str, Any]] = {}
     if args.stage != "sft" and not args.publish_only:
         stages = (("pass8_1hop", "pass8_2hop"), tuple(MEASURES))

@@ -195,3 +195,17 @@ def test_the_decision_probe_reads_the_choice_after_the_first_search(tiny_model) 
         logits = model(input_ids=torch.tensor([context + ids])).logits[0].float()
     expected = sum(float(torch.log_softmax(logits[len(context) - 1 + i], -1)[token]) for i, token in enumerate(ids))
     assert math.isclose(decision_probe.opening_logprob(model, context, ids), expected, rel_tol=1e-4)
+
+
+def test_publish_only_trains_and_measures_nothing(tmp_path: Path, monkeypatch) -> None:
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("--publish-only must not train or measure")
+
+    published: list[dict] = []
+    monkeypatch.setattr(sweep, "sft", must_not_run)
+    monkeypatch.setattr(sweep, "evaluate_share", must_not_run)
+    monkeypatch.setattr(sweep, "publish", lambda args, evals, chosen: published.append(evals))
+    (tmp_path / "warm50_eval.json").write_text('{"pass8_1hop": {"informative": 0.6, "pass_at_k": 0.9}}')
+    assert sweep.main(["--publish-only", "--epochs", "3", "--out", str(tmp_path), "--model", str(tmp_path / "m"),
+                       "--shares", "50"]) == 0
+    assert published == [{50: {"pass8_1hop": {"informative": 0.6, "pass_at_k": 0.9}}}]
