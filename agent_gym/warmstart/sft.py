@@ -108,7 +108,8 @@ class SFTConfig:
                 "(0: every layer); `train --adapter` continues them as they are"})
     gradient_checkpointing: bool = field(default=False, metadata={
         "help": "recompute each layer's activations in the backward pass: long episodes in a fraction of the "
-                "memory (SmolLM2, LoRA, 4 rows of 1,200 tokens: about 1.3x the time), the same updates"})
+                "memory (SmolLM2, LoRA, 4 rows of 1,200 tokens: 1.3x the time in a probe, up to 2x in the sweep), "
+                "the same updates"})
 
     def validate(self) -> None:
         """Raise `ConfigError` naming the first invalid field; `SFTTrainer` calls it."""
