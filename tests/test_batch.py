@@ -134,7 +134,10 @@ def _response_mask(lengths: torch.Tensor, prompts: torch.Tensor, width: int) -> 
 
 @pytest.mark.parametrize("share", [True, False])
 @pytest.mark.parametrize("lora", [False, True])
-def test_packed_forward_gives_the_padded_passs_logprobs_and_gradients(share, lora):
+@pytest.mark.parametrize("split", [True, False], ids=["hidden-states", "logits"])
+def test_packed_forward_gives_the_padded_passs_logprobs_and_gradients(monkeypatch, share, lora, split):
+    # split: the log-probs from the decoder's hidden states (head_logprobs.py); else from the model's logits
+    from agent_gym.trainers import packed_forward
     from agent_gym.trainers.packed_forward import packed_logprobs, shared_prefix_length
 
     model = _tiny_causal_lm()
@@ -142,6 +145,9 @@ def test_packed_forward_gives_the_padded_passs_logprobs_and_gradients(share, lor
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    assert packed_forward.split_head(model) is not None
+    if not split:
+        monkeypatch.setattr(packed_forward, "split_head", lambda model: None)
     ids, lengths, prompts, groups = _grouped_rows()
     mask = _response_mask(lengths, prompts, ids.shape[1])
     weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(2)) * mask  # an advantage-like loss

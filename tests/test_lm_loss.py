@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -23,8 +24,17 @@ def _reference(model: torch.nn.Module, rows: list[WeightedRow], pad_id: int) -> 
     return total / weight
 
 
-def test_the_loss_over_kept_positions_equals_the_full_computation(tiny_model_dir_for_synthhop: Path) -> None:
+@pytest.mark.parametrize("split", [True, False], ids=["hidden-states", "logits"])
+def test_the_loss_over_kept_positions_equals_the_full_computation(
+    tiny_model_dir_for_synthhop: Path, monkeypatch: pytest.MonkeyPatch, split: bool
+) -> None:
+    # split: the weighted positions' hidden states through head_logprobs; else the model's logits there
+    from agent_gym.warmstart import lm_loss
+
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir_for_synthhop)
+    assert lm_loss.split_head(model) is not None
+    if not split:
+        monkeypatch.setattr(lm_loss, "split_head", lambda model: None)
     generator = torch.Generator().manual_seed(0)
     rows = []
     for length, weighted in ((30, range(10, 18)), (22, range(3, 6)), (26, (25,))):

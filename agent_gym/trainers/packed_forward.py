@@ -12,9 +12,10 @@ every row's right padding. Here:
 - **no padding**: each row (or suffix) runs at its own length, batch 1. On a CPU a matmul over one row's
   ~500 tokens is already large, so batch 1 costs nothing in throughput, and no token is computed for padding.
 
-Only the positions from ``prompt_length - 1`` on produce logits (the LM head and softmax skip the prompt, as
-``logits_to_keep`` does in the padded path). Outputs are ``[B, T]`` like the padded path's, zero on prompt and
-padding positions.
+Only the positions from ``prompt_length - 1`` on meet the LM head (it skips the prompt, as ``logits_to_keep`` does
+in the padded path), and where the model splits into decoder and plain head (head_logprobs.py) their log-probs and
+entropies come from the hidden states in chunks, never as full-vocabulary logits. Outputs are ``[B, T]`` like the
+padded path's, zero on prompt and padding positions.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from agent_gym.trainers.head_logprobs import HeadSplit, head_logprobs, split_head
 from agent_gym.trainers.losses import entropy_from_logits, token_logprobs
 
 __all__ = ["PackedLogprobs", "packed_logprobs", "shared_prefix_length"]
@@ -71,12 +73,28 @@ def _cache_keyword(model: torch.nn.Module) -> str:
 
 def _prefix_keys_values(model: torch.nn.Module, prefix: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Run ``prefix`` (``[1, P]``) once; its per-layer keys and values (still in the autograd graph)."""
-    supported = "logits_to_keep" in _base_forward(model).parameters
-    output = model(input_ids=prefix, use_cache=True, **({"logits_to_keep": 1} if supported else {}))
+    split = split_head(model)
+    if split is not None:  # no LM head at all
+        output = split.decoder(input_ids=prefix, use_cache=True)
+    else:
+        supported = "logits_to_keep" in _base_forward(model).parameters
+        output = model(input_ids=prefix, use_cache=True, **({"logits_to_keep": 1} if supported else {}))
     cache = getattr(output, "past_key_values", None)
     if cache is None:
         cache = output.cache
     return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _cache_kwargs(
+    module: torch.nn.Module, config: object, keys_values: list[tuple[torch.Tensor, torch.Tensor]] | None
+) -> dict[str, object]:
+    if keys_values is None:
+        return {}
+    from transformers import DynamicCache
+
+    # A fresh cache per suffix: DynamicCache.update concatenates into new tensors, so the shared prefix tensors
+    # are read, never changed, and every suffix's gradient flows back into the same ones.
+    return {_cache_keyword(module): DynamicCache(ddp_cache_data=keys_values, config=config), "use_cache": True}
 
 
 def _suffix_logits(
@@ -87,15 +105,36 @@ def _suffix_logits(
 ) -> torch.Tensor:
     supported = "logits_to_keep" in _base_forward(model).parameters
     kwargs: dict[str, object] = {"logits_to_keep": keep} if supported else {}
-    if keys_values is not None:
-        from transformers import DynamicCache
-
-        # A fresh cache per suffix: DynamicCache.update concatenates into new tensors, so the shared prefix
-        # tensors are read, never changed, and every suffix's gradient flows back into the same ones.
-        kwargs[_cache_keyword(model)] = DynamicCache(ddp_cache_data=keys_values, config=model.config)
-        kwargs["use_cache"] = True
-    logits = model(input_ids=suffix, **kwargs).logits
+    logits = model(input_ids=suffix, **kwargs, **_cache_kwargs(model, model.config, keys_values)).logits
     return logits if supported else logits[:, -keep:]
+
+
+def _suffix_scores(
+    model: torch.nn.Module,
+    split: HeadSplit | None,
+    suffix: torch.Tensor,
+    keys_values: list[tuple[torch.Tensor, torch.Tensor]] | None,
+    targets: torch.Tensor,
+    temperature: float,
+    entropy: bool,
+    entropy_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``[keep]`` log-probs (and entropies) of one row's ``targets`` (its tokens from ``prompt_length - 1`` on; the
+    first gets 0, as ``token_logprobs`` aligns them), from the suffix run against the prefix's keys and values."""
+    keep = targets.shape[0]
+    if split is None:
+        logits = _suffix_logits(model, suffix, keys_values, keep)
+        logprobs = token_logprobs(logits, targets[None], temperature)[0]
+        if not entropy:
+            return logprobs, None
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            return logprobs, entropy_from_logits(logits, temperature)[0]
+    hidden = split.decoder(input_ids=suffix, **_cache_kwargs(split.decoder, model.config, keys_values))
+    # position t predicts token t + 1: the last hidden state predicts nothing here
+    states = hidden.last_hidden_state[0, -keep:-1]
+    logprobs, entropies = head_logprobs(states, split.weight, targets[1:], temperature, entropy=entropy,
+                                        entropy_grad=entropy_grad and torch.is_grad_enabled())
+    return F.pad(logprobs, (1, 0)), F.pad(entropies, (1, 0)) if entropy else None
 
 
 def packed_logprobs(
@@ -118,6 +157,7 @@ def packed_logprobs(
     logprob_rows: list[torch.Tensor | None] = [None] * batch
     entropy_rows: list[torch.Tensor | None] = [None] * batch
     computed = 0
+    split = split_head(model)
     units: list[list[int]]
     if group_index is None or not _can_share(model):
         units = [[row] for row in range(batch)]
@@ -141,13 +181,12 @@ def packed_logprobs(
             length, first = int(lengths[row]), max(int(prompt_lengths[row]) - 1, 0)
             suffix = input_ids[row : row + 1, shared:length]
             computed += suffix.shape[1]
-            logits = _suffix_logits(model, suffix, keys_values, keep=length - first)
-            targets = input_ids[row : row + 1, first:length]
+            logprobs, entropies = _suffix_scores(model, split, suffix, keys_values, input_ids[row, first:length],
+                                                 temperature, entropy, entropy_grad)
             pad = (first, width - length)
-            logprob_rows[row] = F.pad(token_logprobs(logits, targets, temperature), pad)[0]
-            if entropy:
-                with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                    entropy_rows[row] = F.pad(entropy_from_logits(logits, temperature), pad)[0]
+            logprob_rows[row] = F.pad(logprobs, pad)
+            if entropies is not None:
+                entropy_rows[row] = F.pad(entropies, pad)
     logprobs = torch.stack(logprob_rows)  # type: ignore[arg-type]
     entropies = torch.stack(entropy_rows) if entropy else None  # type: ignore[arg-type]
     return PackedLogprobs(logprobs=logprobs, entropy=entropies, tokens_computed=computed)

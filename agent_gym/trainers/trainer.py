@@ -341,9 +341,11 @@ class Trainer:
             self._compute_dtype = resolve_dtype(self.config.dtype, self.device)
         return self._compute_dtype
 
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+    def _autocast(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         if self.compute_dtype == torch.bfloat16:
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+            from agent_gym.models.precision import bf16_autocast
+
+            return bf16_autocast(model, self.device.type)
         return contextlib.nullcontext()
 
     def _policy_logprobs(
@@ -355,7 +357,7 @@ class Trainer:
         (packed_forward.py); otherwise one padded forward of the micro-batch.
         """
         config = self.config
-        with self._autocast():
+        with self._autocast(model):
             if config.share_prompt or config.padding_free:
                 packed = packed_logprobs(
                     model,

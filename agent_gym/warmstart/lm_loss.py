@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from agent_gym.error import InvalidValue
+from agent_gym.trainers.head_logprobs import head_logprobs, split_head
 
 __all__ = ["WeightedRow", "weighted_lm_loss"]
 
@@ -46,6 +47,15 @@ def weighted_lm_loss(model: torch.nn.Module, rows: Sequence[WeightedRow], pad_id
         input_ids[index, :length] = torch.tensor(row.input_ids[:length])
         weights[index, :length] = torch.tensor(row.weights[:length])
     input_ids, weights = input_ids.to(device), weights.to(device)
+    split = split_head(model)
+    if split is not None:
+        # Only the (row, position) pairs that predict a weighted token meet the LM head, in chunks, never as
+        # full-vocabulary logits (head_logprobs.py)
+        rows_at, positions_at = (weights[:, 1:] > 0).nonzero(as_tuple=True)
+        hidden = split.decoder(input_ids=input_ids).last_hidden_state[rows_at, positions_at]
+        logprobs, _ = head_logprobs(hidden, split.weight, input_ids[rows_at, positions_at + 1])
+        picked_weights = weights[rows_at, positions_at + 1]
+        return -(logprobs * picked_weights).sum() / picked_weights.sum().clamp(min=1e-9)
     # Only positions that predict a weighted token go through the LM head: an agent's context is mostly prompt and
     # tool output, and full-vocabulary logits of every position dominated SFT's memory (9 GB for 4 SmolLM2 rows).
     positions = (weights[:, 1:] > 0).any(0).nonzero().squeeze(-1)
