@@ -196,6 +196,26 @@ def test_next_turn_reuses_the_cached_prefix_and_still_matches_a_forward_pass(tin
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
 
 
+def test_prefix_cache_keeps_to_its_byte_budget_dropping_the_oldest_entries_first(tiny_model):
+    model, tokenizer = tiny_model
+    prompts = _prompts(tokenizer, count=4)
+    unlimited = TransformersBackend(model, tokenizer, prefix_cache_mb=None)
+    unlimited.generate(prompts, SamplingParams(max_new_tokens=10, seed=0))
+    sizes = {key: entry.nbytes for key, entry in unlimited.prefix_cache.entries.items()}
+    assert unlimited.prefix_cache.nbytes == sum(sizes.values()) > 0
+    budget = sum(sorted(sizes.values())[-2:])  # room for the two largest, so for any two
+    backend = TransformersBackend(model, tokenizer, prefix_cache_mb=budget / 2**20)
+    backend.generate(prompts[:2], SamplingParams(max_new_tokens=10, seed=0))  # older: evicted first
+    backend.generate(prompts[2:], SamplingParams(max_new_tokens=10, seed=0))
+    assert backend.prefix_cache.nbytes <= budget
+
+    def cached(prompt: list[int]) -> bool:
+        return any(key[: len(prompt)] == tuple(prompt) for key in backend.prefix_cache.entries)
+
+    assert all(cached(prompt) for prompt in prompts[2:])  # the newest entries (the live episodes) stay
+    assert not any(cached(prompt) for prompt in prompts[:2])
+
+
 def test_prefix_cache_is_dropped_when_the_weights_change(tiny_model_copy):
     model, tokenizer = tiny_model_copy
     backend = TransformersBackend(model, tokenizer)

@@ -40,6 +40,10 @@ class CachedPrefix:
     def length(self) -> int:
         return self.keys[0].shape[1]
 
+    @property
+    def nbytes(self) -> int:
+        return sum(tensor.nbytes for tensor in (*self.keys, *self.values))
+
 
 class FastDecoder:
     """Functional Qwen2/Llama decoder over the model's parameters with a preallocated KV cache."""

@@ -73,14 +73,22 @@ class _PrefixCache:
 
     In multi-turn rollouts the next turn's prompt starts with the previous prompt and the sampled tokens;
     reusing their KV means only the env's new tokens are encoded. Entries are used once (an episode moves on),
-    evicted least-recently-stored first, and all dropped when the model's weights change (tracked through
-    the parameters' in-place version counters, so an optimizer step invalidates them without any call).
+    evicted least-recently-stored first when there are more than ``capacity`` or they hold more than
+    ``max_bytes``, and all dropped when the model's weights change (tracked through the parameters' in-place
+    version counters, so an optimizer step invalidates them without any call).
+
+    The byte budget matters in long evals: an episode's last turn is stored too (the backend cannot know it was
+    the last) and never used, so without it a 512-episode eval ends with 256 dead entries: at SmolLM2's 23 KB of
+    KV a token and ~800-token contexts, about 4.6 GB (the sweep's pass@8 process was seen at 7.7 GB RSS). The
+    live entries, one per running episode, are always the newest.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_bytes: int | None = None) -> None:
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self.entries: OrderedDict[tuple[int, ...], CachedPrefix] = OrderedDict()
         self.lengths: dict[int, int] = {}  # length -> number of entries of that length
+        self.nbytes = 0
         self.weights_version: tuple[int, ...] | None = None
 
     def validate(self, model: Any) -> None:
@@ -88,6 +96,7 @@ class _PrefixCache:
         if version != self.weights_version:
             self.entries.clear()
             self.lengths.clear()
+            self.nbytes = 0
             self.weights_version = version
 
     def put(self, tokens: tuple[int, ...], prefix: CachedPrefix) -> None:
@@ -95,7 +104,8 @@ class _PrefixCache:
             return
         self.entries[tokens] = prefix
         self.lengths[len(tokens)] = self.lengths.get(len(tokens), 0) + 1
-        while len(self.entries) > self.capacity:
+        self.nbytes += prefix.nbytes
+        while len(self.entries) > self.capacity or (self.max_bytes is not None and self.nbytes > self.max_bytes):
             self._forget(next(iter(self.entries)))
 
     def pop_longest_prefix(self, prompt: Sequence[int]) -> CachedPrefix | None:
@@ -108,7 +118,7 @@ class _PrefixCache:
         return None
 
     def _forget(self, key: tuple[int, ...]) -> None:
-        del self.entries[key]
+        self.nbytes -= self.entries.pop(key).nbytes
         self.lengths[len(key)] -= 1
         if not self.lengths[len(key)]:
             del self.lengths[len(key)]
@@ -123,6 +133,7 @@ class TransformersBackend(GenerationBackend):
         max_batch_size: prompts per decoding batch (longer lists are split, sorted by length).
         fast_path: allow the functional decoder when the model supports it.
         prefix_cache_size: finished sequences whose KV is kept for the next turn (fast path; 0 disables).
+        prefix_cache_mb: the most memory those KV copies may hold (None: no limit); the oldest go first.
     """
 
     def __init__(
@@ -132,9 +143,11 @@ class TransformersBackend(GenerationBackend):
         max_batch_size: int = 64,
         fast_path: bool = True,
         prefix_cache_size: int = 256,
+        prefix_cache_mb: float | None = 1024,
     ) -> None:
         self.model = model
-        self.prefix_cache = _PrefixCache(prefix_cache_size)
+        max_bytes = None if prefix_cache_mb is None else int(prefix_cache_mb * 2**20)
+        self.prefix_cache = _PrefixCache(prefix_cache_size, max_bytes)
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.fast_path = fast_path
@@ -157,7 +170,7 @@ class TransformersBackend(GenerationBackend):
             for name, tensor in self.model.state_dict().items():
                 if name in state:
                     tensor.copy_(state[name])
-        self.prefix_cache = _PrefixCache(self.prefix_cache.capacity)
+        self.prefix_cache = _PrefixCache(self.prefix_cache.capacity, self.prefix_cache.max_bytes)
 
     def _stop_sets(self, params: SamplingParams) -> tuple[set[int], list[str]]:
         """Stop ids, and the stop strings that need a text check (see `split_stop_strings`)."""
