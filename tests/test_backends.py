@@ -196,6 +196,33 @@ def test_next_turn_reuses_the_cached_prefix_and_still_matches_a_forward_pass(tin
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
 
 
+def test_a_repeated_prompt_is_encoded_once_and_every_copy_samples_from_the_right_distribution(tiny_model, monkeypatch):
+    from agent_gym.trainers.backends import decoders
+
+    model, tokenizer = tiny_model
+    a, b, c = _prompts(tokenizer, count=3, seed=3)
+    prompts = [a, a, b, a, b, c]  # two GRPO-like groups on their first turn, and a prompt of its own
+    encoded = []
+    forward = decoders.FastDecoder._forward
+
+    def counting_forward(self, input_ids, *args, **kwargs):
+        encoded.append(input_ids.numel())
+        return forward(self, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(decoders.FastDecoder, "_forward", counting_forward)
+    params = SamplingParams(max_new_tokens=1, seed=0)  # one token: the forward passes are the prefills
+    generations = TransformersBackend(model, tokenizer).generate(prompts[:5], params)
+    shared_positions = sum(encoded)
+    encoded.clear()
+    TransformersBackend(model, tokenizer, prefix_cache_size=0).generate(prompts[:5], params)  # no sharing
+    assert shared_positions < 0.6 * sum(encoded)
+    # every copy's log-probs are those of its own forward pass, with a unique prompt beside them too
+    generations = TransformersBackend(model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=8, seed=4))
+    for prompt, generation in zip(prompts, generations, strict=True):
+        expected = _forward_logprobs(model, prompt, generation.token_ids)
+        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
+
+
 def test_prefix_cache_keeps_to_its_byte_budget_dropping_the_oldest_entries_first(tiny_model):
     model, tokenizer = tiny_model
     prompts = _prompts(tokenizer, count=4)

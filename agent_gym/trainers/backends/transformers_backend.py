@@ -6,13 +6,15 @@ the sampling loop; the decoders it drives live in `decoders.py` (a lean function
 Llama family, the model's own forward for any other model). The loop adds:
 - compaction of the batch as sequences finish;
 - a prefix cache: the KV of each finished sequence is kept, so the next turn of a multi-turn episode
-  encodes only the env's new tokens (dropped whenever the weights change; fast decoder only).
+  encodes only the env's new tokens (dropped whenever the weights change; fast decoder only);
+- a repeated prompt encoded once: the G samples of a GRPO group start from the same prompt, so on their first
+  turn it is encoded for one of them and its KV copied to the others (fast decoder only).
 Both paths return log-probs as documented in `base.py`.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -228,9 +230,8 @@ class TransformersBackend(GenerationBackend):
         active = torch.arange(batch, device=device)  # original row of each decoder row
         alive = torch.ones((batch,), dtype=torch.bool, device=device)  # decoder rows still sampling
         if use_cache:
-            logits = decoder.prefill(
-                input_ids, attention_mask, [self.prefix_cache.pop_longest_prefix(p) for p in prompts]
-            )
+            cached = [self.prefix_cache.pop_longest_prefix(p) for p in prompts]
+            logits = decoder.prefill(input_ids, attention_mask, self._share_repeated_prompts(prompts, cached, device))
         else:
             logits = decoder.prefill(input_ids, attention_mask)
         for step in range(params.max_new_tokens):
@@ -267,6 +268,30 @@ class TransformersBackend(GenerationBackend):
             )
             for row in range(batch)
         ]
+
+    def _share_repeated_prompts(
+        self, prompts: Sequence[Sequence[int]], cached: list[CachedPrefix | None], device: torch.device
+    ) -> list[CachedPrefix | None]:
+        """``cached`` with one KV for every prompt that several rows share and none has cached: each such prompt
+        but its last token is encoded once, in one batch, and every row of it gets a copy (the prefill then
+        encodes one token for them). A GRPO group's first turn: G rows, one prompt."""
+        rows_of: defaultdict[tuple[int, ...], list[int]] = defaultdict(list)
+        for row, (prompt, prefix) in enumerate(zip(prompts, cached, strict=True)):
+            if prefix is None and len(prompt) > 1:
+                rows_of[tuple(prompt)].append(row)
+        repeated = sorted((prompt for prompt, rows in rows_of.items() if len(rows) > 1), key=len)
+        if not repeated:
+            return cached
+        input_ids, attention_mask = _left_pad([prompt[:-1] for prompt in repeated], self.pad_id)
+        width = input_ids.shape[1]
+        decoder = FastDecoder(self.model, len(repeated), width, device)
+        decoder.prefill(input_ids.to(device), attention_mask.to(device))
+        shared = list(cached)
+        for index, prompt in enumerate(repeated):
+            prefix = decoder.export(index, width - (len(prompt) - 1))
+            for row in rows_of[prompt]:
+                shared[row] = prefix
+        return shared
 
     def _store_finished(
         self,
