@@ -15,6 +15,13 @@ Finished runs get the final evals: world 7 (the curves' world) and world 1, ``--
 greedy and sampled. Records go to docs/results/learning.json (one per run), the table to docs/results/rl_table.md,
 the curves to docs/results/rl_curves.png.
 
+``--sweep-epochs 3`` starts from the 3-epoch sweep's choice (~/agent-gym-runs/sweep-e3, or the committed
+sweep-e3-warmNN); that campaign's runs are named RECIPE-e3-sN, its table and curves rl_table_e3.md and
+rl_curves_e3.png, and it replaces only its own records in learning.json:
+
+    python experiments/rl_campaign.py --sweep-epochs 3 --out ~/agent-gym-runs/rl-e3 --recipes grpo_lr5e-5_kl0.3 \
+        --seeds 0 --steps 50 --parallel 1
+
 Training is world 0's train split, hops cycling 1, 2 (the mix), dense or sparse reward per recipe; every process
 runs one torch thread, ``--parallel`` runs at a time (two on the 2-core machine, and nothing else beside them).
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -38,7 +46,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning import ENV_ID, ROOT, Timings, Variant, _agent_gym, _run, fresh_flags  # noqa: E402
 from real_model import MAX_NEW_TOKENS, MODEL, TRAIN_ENV, publish_adapter  # noqa: E402
-from warmstart_sweep import HELD_OUT, play_groups, warm_name  # noqa: E402
+from warmstart_sweep import HELD_OUT, play_groups, results_path, sweep_tag, warm_name  # noqa: E402
+from warmstart_sweep import run_name as sweep_run_name  # noqa: E402
 
 MIX_TRAIN = {**TRAIN_ENV, "hops": [1, 2]}
 CURVE_WORLD = HELD_OUT  # world 7, test split
@@ -92,24 +101,26 @@ def chosen_warm_start(args: argparse.Namespace) -> tuple[str, Path]:
     if args.warm:
         return Path(args.warm).name, Path(args.warm)
     local = Path(args.sweep_out) / "chosen.json"
-    published = ROOT / "docs" / "results" / "warmstart_sweep.json"
+    published = results_path(args.sweep_epochs)
     source = local if local.is_file() else published
     chosen = json.loads(source.read_text()).get("chosen") if source.is_file() else None
     if chosen is None:
         raise SystemExit("the warm-start sweep has not chosen yet: run experiments/warmstart_sweep.py to the end, "
                          "or pass --warm ADAPTER_DIR")
-    for candidate in (Path(args.sweep_out) / warm_name(chosen), CHECKPOINTS / f"sweep-{warm_name(chosen)}"):
+    committed = CHECKPOINTS / sweep_run_name(args.sweep_epochs, chosen)
+    for candidate in (Path(args.sweep_out) / warm_name(chosen), committed):
         if (candidate / "adapter_config.json").is_file():
             return warm_name(chosen), candidate
     raise SystemExit(f"no adapter of the chosen warm start {warm_name(chosen)} here or in {CHECKPOINTS}")
 
 
-def run_name(recipe: str, seed: int) -> str:
-    return f"{recipe}-s{seed}"
+def run_name(recipe: str, seed: int, tag: str = "") -> str:
+    """A run's name; ``tag`` keeps the campaign from a sweep of more epochs apart ("-e3": grpo-e3-s0)."""
+    return f"{recipe}{tag}-s{seed}"
 
 
 def run_dir(args: argparse.Namespace, recipe: str, seed: int) -> Path:
-    return Path(args.out) / "rl" / run_name(recipe, seed)
+    return Path(args.out) / "rl" / run_name(recipe, seed, args.tag)
 
 
 def steps_done(directory: Path) -> int:
@@ -234,9 +245,9 @@ def publish_run(directory: Path, step: int) -> Path:
     return target
 
 
-def repo_start(recipe: str, seed: int) -> tuple[Path, int] | None:
+def repo_start(recipe: str, seed: int, tag: str = "") -> tuple[Path, int] | None:
     """A run committed to the repository (adapter and step), for a machine that has no run directory."""
-    target = CHECKPOINTS / f"rl-{run_name(recipe, seed)}"
+    target = CHECKPOINTS / f"rl-{run_name(recipe, seed, tag)}"
     progress = target / "progress.json"
     if not progress.is_file():
         return None
@@ -253,13 +264,13 @@ def run_one(args: argparse.Namespace, recipe: str, seed: int, warm: Path, timing
     """One (recipe, seed) to ``args.steps`` in chunks, with its curve points, publications and final eval."""
     directory = run_dir(args, recipe, seed)
     start, offset = warm, 0
-    if args.from_repo and steps_done(directory) == 0 and (committed := repo_start(recipe, seed)):
+    if args.from_repo and steps_done(directory) == 0 and (committed := repo_start(recipe, seed, args.tag)):
         start, offset = committed  # a fresh optimizer on the committed adapter; the steps count on from there
         _write_json(directory / "offset.json", {"offset": offset, "adapter": str(start)})
     if (directory / "offset.json").is_file():
         saved = json.loads((directory / "offset.json").read_text())
         start, offset = Path(saved["adapter"]), int(saved["offset"])
-    label = run_name(recipe, seed)
+    label = run_name(recipe, seed, args.tag)
     while (done := offset + steps_done(directory)) < args.steps:
         target, curve_due, publish_due = next_chunk(done, args.steps, args.chunk)
         began = time.perf_counter()
@@ -287,8 +298,8 @@ def run_grid(args: argparse.Namespace, warm: Path, timings: Timings) -> None:
             try:
                 future.result()
             except (Exception, SystemExit) as error:  # one failed run must not stop the others
-                failed.append(run_name(recipe, seed))
-                print(f"{run_name(recipe, seed)} FAILED: {error}", flush=True)
+                failed.append(run_name(recipe, seed, args.tag))
+                print(f"{run_name(recipe, seed, args.tag)} FAILED: {error}", flush=True)
     if failed:
         raise SystemExit(f"runs failed: {failed}; see {Path(args.out) / 'logs'}")
 
@@ -316,7 +327,8 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
         if (directory / "curve.json").is_file():
             curve.update(json.loads((directory / "curve.json").read_text()))
         records.append({
-            "model": args.model, "run": f"rl-{run_name(recipe, seed)}", "algorithm": variant.algo, "seed": seed,
+            "model": args.model, "run": f"rl-{run_name(recipe, seed, args.tag)}", "algorithm": variant.algo,
+            "seed": seed,
             "recipe": recipe, "ablation": variant.ablation,
             "reward": "dense" if variant.reward == "dense" else "sparse", "warm_start": warm_label,
             "eval_episodes": args.eval_questions, "steps": args.steps,
@@ -326,11 +338,11 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
                                                 for step, point in sorted(curve.items(), key=_step)]
                                     for h in (1, 2)},
         })
-    write_table(records, warm_label, ems(warm_eval))
+    write_table(records, warm_label, ems(warm_eval), args.tag)
     if records:
-        plot(records, ems(warm_eval))
+        plot(records, ems(warm_eval), args.tag)
         path = ROOT / "docs" / "results" / "learning.json"
-        kept = [r for r in json.loads(path.read_text()) if not str(r.get("run", "")).startswith("rl-")]
+        kept = [r for r in json.loads(path.read_text()) if not _same_campaign(str(r.get("run", "")), args.tag)]
         _write_json(path, kept + records)
     return records
 
@@ -339,7 +351,22 @@ def _step(item: tuple[str, Any]) -> int:
     return int(item[0])
 
 
-def write_table(records: Sequence[dict[str, Any]], warm_label: str, warm: dict[str, float]) -> None:
+def _same_campaign(run: str, tag: str) -> bool:
+    """Whether a learning.json record is an RL run of the campaign ``tag`` (records of the others are kept)."""
+    if not run.startswith("rl-"):
+        return False
+    name = run[: run.rfind("-s")]  # "rl-grpo-e3-s0" -> "rl-grpo-e3"
+    found = re.search(r"-e\d+$", name)
+    return (found.group(0) if found else "") == tag
+
+
+def results_file(name: str, tag: str) -> Path:
+    """docs/results/NAME, with the campaign's tag before the suffix (rl_table_e3.md)."""
+    path = ROOT / "docs" / "results" / name
+    return path.with_name(f"{path.stem}{tag.replace('-', '_')}{path.suffix}")
+
+
+def write_table(records: Sequence[dict[str, Any]], warm_label: str, warm: dict[str, float], tag: str = "") -> None:
     def cell(values: Sequence[float]) -> str:
         if not values:
             return "…"
@@ -354,11 +381,11 @@ def write_table(records: Sequence[dict[str, Any]], warm_label: str, warm: dict[s
         lines.append(f"| {RECIPES[recipe].label} | " + " | ".join(
             cell([row[key] for row in rows])
             for key in ("greedy_mix", "greedy_1hop", "greedy_2hop", "sampled", "world1_greedy_mix")) + " |")
-    (ROOT / "docs" / "results" / "rl_table.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    results_file("rl_table.md", tag).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines), flush=True)
 
 
-def plot(records: Sequence[dict[str, Any]], warm: dict[str, float]) -> None:
+def plot(records: Sequence[dict[str, Any]], warm: dict[str, float], tag: str = "") -> None:
     """Held-out mix EM and the second-search rate on each hop count by step: mean over seeds and a min-max band."""
     import matplotlib
 
@@ -385,7 +412,7 @@ def plot(records: Sequence[dict[str, Any]], warm: dict[str, float]) -> None:
     axes[0].axhline(warm["greedy_mix"], color="grey", linestyle="--", label="warm start")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(ROOT / "docs" / "results" / "rl_curves.png", dpi=80)
+    fig.savefig(results_file("rl_curves.png", tag), dpi=80)
     plt.close(fig)
 
 
@@ -404,7 +431,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--out", default=str(Path.home() / "agent-gym-runs" / "rl"))
-    parser.add_argument("--sweep-out", default=str(Path.home() / "agent-gym-runs" / "sweep"))
+    parser.add_argument("--sweep-epochs", type=int, default=1,
+                        help="the warm-start sweep to start from (3: sweep-e3); its runs are named RECIPE-e3-sN")
+    parser.add_argument("--sweep-out", default=None, help="that sweep's run directory (default ~/agent-gym-runs/"
+                                                          "sweep, or sweep-e3 ...)")
     parser.add_argument("--warm", default="", help="start from this adapter instead of the sweep's choice")
     parser.add_argument("--recipes", nargs="+", default=["grpo", "ppo"], choices=sorted(RECIPES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -426,6 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="continue runs from their committed adapters where no run directory exists")
     parser.add_argument("--summarize", action="store_true", help="records, table and curves only")
     args = parser.parse_args(argv)
+    args.tag = sweep_tag(args.sweep_epochs)
+    args.sweep_out = args.sweep_out or str(Path.home() / "agent-gym-runs" / f"sweep{args.tag}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     timings = Timings(out)

@@ -124,11 +124,35 @@ def test_rl_campaign_summary_plays_nothing_while_no_run_has_its_final_eval(tmp_p
 
     played: list[Path] = []
     monkeypatch.setattr(rl_campaign, "final_eval", lambda args, adapter, path: played.append(adapter) or {})
-    args = argparse.Namespace(out=str(tmp_path), recipes=["grpo"], seeds=[0])
+    args = argparse.Namespace(out=str(tmp_path), recipes=["grpo"], seeds=[0], tag="")
     (tmp_path / "rl" / "grpo-s0").mkdir(parents=True)
     (tmp_path / "rl" / "grpo-s0" / "final_eval.json").write_text('{"greedy_1hop": {"em": 1.0}}')  # unfinished
     assert rl_campaign.summarize(args, "warm50", tmp_path / "warm50") == []
     assert played == []  # the probe's warm start is not given 1,200 episodes of final eval
+
+
+def test_a_campaign_from_the_3_epoch_sweep_starts_from_its_choice_and_keeps_apart(tmp_path: Path, monkeypatch) -> None:
+    import argparse
+
+    import rl_campaign
+
+    monkeypatch.setattr(rl_campaign, "CHECKPOINTS", tmp_path / "checkpoints")
+    monkeypatch.setattr(rl_campaign, "results_path", lambda epochs: tmp_path / f"sweep{epochs}.json")
+    (tmp_path / "sweep3.json").write_text('{"chosen": 75}')
+    (tmp_path / "sweep1.json").write_text('{"chosen": 50}')
+    for name in ("sweep-e3-warm75", "sweep-warm50"):
+        (tmp_path / "checkpoints" / name).mkdir(parents=True)
+        (tmp_path / "checkpoints" / name / "adapter_config.json").write_text("{}")
+    e3 = argparse.Namespace(warm="", sweep_out=str(tmp_path / "none"), sweep_epochs=3, tag="-e3", out=str(tmp_path))
+    assert rl_campaign.chosen_warm_start(e3) == ("warm75", tmp_path / "checkpoints" / "sweep-e3-warm75")
+    first = argparse.Namespace(warm="", sweep_out=str(tmp_path / "none"), sweep_epochs=1, tag="", out=str(tmp_path))
+    assert rl_campaign.chosen_warm_start(first) == ("warm50", tmp_path / "checkpoints" / "sweep-warm50")
+    assert rl_campaign.run_dir(e3, "grpo_lr5e-5_kl0.3", 0).name == "grpo_lr5e-5_kl0.3-e3-s0"
+    # each campaign replaces only its own learning.json records (a recipe named lr2e-5 is not a sweep tag)
+    assert rl_campaign._same_campaign("rl-grpo_lr5e-5_kl0.3-e3-s0", "-e3")
+    assert not rl_campaign._same_campaign("rl-grpo_lr5e-5_kl0.3-e3-s0", "")
+    assert rl_campaign._same_campaign("rl-grpo_lr2e-5-s1", "") and not rl_campaign._same_campaign("sweep-warm5", "")
+    assert rl_campaign.results_file("rl_table.md", "-e3").name == "rl_table_e3.md"
 
 
 def test_a_new_machine_resumes_the_sweep_from_the_committed_adapter_and_measures(tmp_path: Path, monkeypatch) -> None:
