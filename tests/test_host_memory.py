@@ -39,6 +39,8 @@ def test_released_memory_leaves_the_process_while_live_blocks_stay() -> None:
 def test_sft_with_gradient_checkpointing_makes_the_same_updates(tiny_model) -> None:
     import copy
 
+    from agent_gym.trainers.head_logprobs import split_head
+
     model, tokenizer = tiny_model
     messages = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "<answer>abc</answer>"}]
     examples = [tokenize_episode(tokenizer, messages)] * 4
@@ -48,6 +50,7 @@ def test_sft_with_gradient_checkpointing_makes_the_same_updates(tiny_model) -> N
                            gradient_checkpointing=checkpointing)
         torch.manual_seed(0)  # the same LoRA A matrices in both runs
         lora_model = prepare_sft_model(copy.deepcopy(model), config)
+        split_head(lora_model)  # checked once per model (two short forwards), before the counted training
         calls = []
         layer = lora_model.base_model.model.model.layers[0]
         layer.register_forward_pre_hook(lambda *_, calls=calls: calls.append(1))  # a recompute may stop early
