@@ -23,6 +23,12 @@ def _forward_logprobs(model, prompt, generated, temperature=1.0):
     return logprobs.gather(-1, torch.tensor(generated)[:, None]).squeeze(-1)
 
 
+def _assert_logprobs_match_forward_passes(model, prompts, generations):
+    for prompt, generation in zip(prompts, generations, strict=True):
+        expected = _forward_logprobs(model, prompt, generation.token_ids)
+        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
+
+
 @pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "model-forward"])
 def test_sampled_logprobs_equal_a_forward_pass_at_temperature_one(tiny_model, fast_path):
     model, tokenizer = tiny_model
@@ -30,9 +36,7 @@ def test_sampled_logprobs_equal_a_forward_pass_at_temperature_one(tiny_model, fa
     assert backend.uses_fast_path == fast_path
     prompts = _prompts(tokenizer)
     generations = backend.generate(prompts, SamplingParams(max_new_tokens=24, seed=1))
-    for prompt, generation in zip(prompts, generations, strict=True):
-        expected = _forward_logprobs(model, prompt, generation.token_ids)
-        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
+    _assert_logprobs_match_forward_passes(model, prompts, generations)
 
 
 def test_logprobs_are_those_of_the_temperature_scaled_distribution(tiny_model):
@@ -191,9 +195,7 @@ def test_next_turn_reuses_the_cached_prefix_and_still_matches_a_forward_pass(tin
     follow_ups = [p + g.token_ids + e for p, g, e in zip(prompts, first, env_tokens, strict=True)]
     second = backend.generate(follow_ups, SamplingParams(max_new_tokens=10, seed=1))
     assert len(backend.prefix_cache.entries) == 4  # the 4 used entries were replaced by the 4 new ones
-    for prompt, generation in zip(follow_ups, second, strict=True):
-        expected = _forward_logprobs(model, prompt, generation.token_ids)
-        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
+    _assert_logprobs_match_forward_passes(model, follow_ups, second)
 
 
 def test_a_repeated_prompt_is_encoded_once_and_every_copy_samples_from_the_right_distribution(tiny_model, monkeypatch):
@@ -218,9 +220,7 @@ def test_a_repeated_prompt_is_encoded_once_and_every_copy_samples_from_the_right
     assert shared_positions < 0.6 * sum(encoded)
     # every copy's log-probs are those of its own forward pass, with a unique prompt beside them too
     generations = TransformersBackend(model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=8, seed=4))
-    for prompt, generation in zip(prompts, generations, strict=True):
-        expected = _forward_logprobs(model, prompt, generation.token_ids)
-        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
+    _assert_logprobs_match_forward_passes(model, prompts, generations)
 
 
 def test_prefix_cache_keeps_to_its_byte_budget_dropping_the_oldest_entries_first(tiny_model):
@@ -252,9 +252,7 @@ def test_prefix_cache_is_dropped_when_the_weights_change(tiny_model_copy):
         model.model.layers[0].mlp.up_proj.weight.mul_(3.0)  # an in-place update, as an optimizer step does
     follow_ups = [p + g.token_ids + [30] for p, g in zip(prompts, first, strict=True)]
     second = backend.generate(follow_ups, SamplingParams(max_new_tokens=6, seed=1))
-    for prompt, generation in zip(follow_ups, second, strict=True):
-        expected = _forward_logprobs(model, prompt, generation.token_ids)
-        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
+    _assert_logprobs_match_forward_passes(model, follow_ups, second)
 
 
 def test_large_batch_of_very_different_prompt_lengths_matches_a_forward_pass(tiny_model):
@@ -263,9 +261,7 @@ def test_large_batch_of_very_different_prompt_lengths_matches_a_forward_pass(tin
     # 40 rows from 2 to 300 tokens: several prefill and decode-attention groups, each skipping its padding.
     prompts = [[rng.randrange(10, 500) for _ in range(length)] for length in range(2, 302, 7)]
     generations = TransformersBackend(model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=5, seed=3))
-    for prompt, generation in zip(prompts, generations, strict=True):
-        expected = _forward_logprobs(model, prompt, generation.token_ids)
-        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-4)
+    _assert_logprobs_match_forward_passes(model, prompts, generations)
 
 
 def test_sampler_draws_tokens_with_the_temperature_scaled_probabilities():
