@@ -131,6 +131,24 @@ def test_each_turn_is_sampled_from_the_exact_tokens_of_the_trajectory_so_far(tin
         assert len(prompts[0]) >= boundary  # earlier model tokens are reused, never re-encoded
 
 
+def test_the_backends_prefix_cache_serves_later_turns_and_is_empty_once_every_episode_ended(tiny):
+    model, tokenizer = tiny
+    inner = TransformersBackend(model, tokenizer)
+    sizes: list[int] = []
+    generate = inner.generate
+
+    def generate_and_count(prompts, params):
+        sizes.append(len(inner.prefix_cache.entries))  # what the turn can reuse
+        return generate(prompts, params)
+
+    inner.generate = generate_and_count
+    collector = RolloutCollector([EchoToolEnv(), EchoToolEnv()], inner, tokenizer,
+                                 RolloutConfig(max_new_tokens=12, show_progress=False))
+    collector.collect(["t0", "t1"], seed=0)
+    assert len(sizes) > 1 and sizes[0] == 0 and all(size > 0 for size in sizes[1:])
+    assert len(inner.prefix_cache.entries) == 0 and inner.prefix_cache.nbytes == 0
+
+
 def test_loss_mask_is_zero_exactly_on_the_rendered_env_observations(tiny):
     model, tokenizer = tiny
     env = EchoToolEnv()

@@ -196,6 +196,9 @@ class RolloutCollector:
                     progress.update(1)
         finally:
             progress.close()
+            # Every episode has ended: the KV kept for their next turns is dead, and on SmolLM2 it holds up to
+            # the backend's budget (1 GB) beside the update's activations.
+            self.backend.release_cache()
         done.sort(key=lambda episode: episode.spec_index)
         return [trajectory for episode in done for trajectory in self._trajectories(episode)]
 

@@ -45,3 +45,6 @@ class RecordingBackend(GenerationBackend):
         generations = self.inner.generate(prompts, params)
         self.calls.append(([list(prompt) for prompt in prompts], generations))
         return generations
+
+    def release_cache(self) -> None:
+        self.inner.release_cache()

@@ -81,6 +81,10 @@ class GenerationBackend(abc.ABC):
     def sync_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - optional hook, no-op by default
         """Load the trainer's current weights (no-op for backends that share the trainer's model)."""
 
+    def release_cache(self) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Drop state kept for sequences that may continue (a prefix cache): the rollout collector calls it when
+        every episode of a batch has ended, so that the update does not run beside their dead keys and values."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Release engines, processes and connections (idempotent)."""
 

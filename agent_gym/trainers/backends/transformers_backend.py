@@ -172,6 +172,10 @@ class TransformersBackend(GenerationBackend):
             for name, tensor in self.model.state_dict().items():
                 if name in state:
                     tensor.copy_(state[name])
+        self.release_cache()
+
+    def release_cache(self) -> None:
+        """Drop every cached prefix (their episodes ended, or the weights changed)."""
         self.prefix_cache = _PrefixCache(self.prefix_cache.capacity, self.prefix_cache.max_bytes)
 
     def _stop_sets(self, params: SamplingParams) -> tuple[set[int], list[str]]:
