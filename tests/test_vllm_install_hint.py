@@ -51,3 +51,15 @@ def test_each_request_is_cut_to_the_room_the_engine_has_and_a_prompt_with_none_i
     assert request_max_tokens([10, 60, 63], max_new_tokens=8, max_model_len=64) == [8, 4, 1]
     with pytest.raises(GenerationError, match=r"prompt of 528 tokens .* max_model_len of 512 .*--max-context-tokens"):
         request_max_tokens([100, 528], max_new_tokens=64, max_model_len=512)
+
+
+def test_kv_cache_bytes_counts_keys_and_values_of_every_layer_at_the_models_width(tmp_path):
+    from agent_gym.trainers.backends.vllm_backend import kv_cache_bytes
+
+    config = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    # SmolLM2-135M: keys and values, 30 layers, 3 KV heads of 64 dimensions
+    assert kv_cache_bytes(tmp_path, "bfloat16", 1) == 2 * 30 * 3 * 64 * 2
+    assert kv_cache_bytes(tmp_path, "float32", 2048) == 2 * 30 * 3 * 64 * 4 * 2048
+    (tmp_path / "config.json").write_text(json.dumps({**config, "head_dim": 128}))
+    assert kv_cache_bytes(tmp_path, "bfloat16", 1) == 2 * 30 * 3 * 128 * 2

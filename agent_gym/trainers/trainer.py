@@ -285,6 +285,7 @@ class Trainer:
                 dtype=dtype_name(resolve_dtype(config.dtype, self.device)),
                 max_model_len=config.max_context_tokens,
                 seed=config.seed,
+                max_sequences=config.rollout_batch_size,  # every env's episode in one generate call at most
             )
             # the engine loaded config.model alone: a warm-start adapter (merged) is the policy's first sample
             backend.sync_weights(self.model)
