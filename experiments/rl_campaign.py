@@ -180,7 +180,9 @@ def _measure_main(adapter: str, env_json: str, questions: str, temperature: str,
     from agent_gym.models.precision import resolve_dtype
 
     torch.set_num_threads(1)
-    model, tokenizer = load_model_and_tokenizer(adapter, dtype=resolve_dtype("auto"))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # as the train processes choose
+    model, tokenizer = load_model_and_tokenizer(adapter, dtype=resolve_dtype("auto", device))
+    model.to(device)
     result = play_groups(model, tokenizer, json.loads(env_json), int(questions), float(temperature), int(seed))
     print(json.dumps(result))
     return 0
@@ -234,10 +236,11 @@ def ems(evaluation: dict[str, Any]) -> dict[str, float]:
 _publish_lock = threading.Lock()
 
 
-def publish_run(directory: Path, step: int) -> Path:
-    """The run's adapter (bf16) and its metrics and curve into experiments/checkpoints/rl-RUN, replacing the last."""
+def publish_run(directory: Path, step: int, source: Path | None = None) -> Path:
+    """The run's adapter (bf16; ``source``, default RUN/final) and its metrics and curve into
+    experiments/checkpoints/rl-RUN, replacing the last."""
     with _publish_lock:
-        target = publish_adapter(directory / "final", f"rl-{directory.name}")
+        target = publish_adapter(source or directory / "final", f"rl-{directory.name}")
         for name in ("metrics.jsonl", "curve.json"):
             if (directory / name).is_file():
                 shutil.copy(directory / name, target / name)
@@ -260,6 +263,26 @@ def next_chunk(done: int, steps: int, chunk: int) -> tuple[int, bool, bool]:
     return target, target % CURVE_EVERY == 0 or target == steps, target % PUBLISH_EVERY == 0 or target == steps
 
 
+def device_label() -> str:
+    """What the train processes run on (they take a GPU when there is one): the GPU's name, else the CPU's."""
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(0)}"
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+             if line.startswith("model name")] if cpuinfo.is_file() else []
+    return f"cpu: {names[0] if names else 'unknown'}"
+
+
+def note_device(directory: Path) -> None:
+    """Add this machine's device to RUN/devices.json: a run resumed elsewhere names every device it ran on."""
+    path = directory / "devices.json"
+    devices = json.loads(path.read_text()) if path.is_file() else []
+    if (label := device_label()) not in devices:
+        _write_json(path, [*devices, label])
+
+
 def run_one(args: argparse.Namespace, recipe: str, seed: int, warm: Path, timings: Timings) -> None:
     """One (recipe, seed) to ``args.steps`` in chunks, with its curve points, publications and final eval."""
     directory = run_dir(args, recipe, seed)
@@ -274,6 +297,7 @@ def run_one(args: argparse.Namespace, recipe: str, seed: int, warm: Path, timing
     while (done := offset + steps_done(directory)) < args.steps:
         target, curve_due, publish_due = next_chunk(done, args.steps, args.chunk)
         began = time.perf_counter()
+        note_device(directory)
         _run(train_command(args, start, RECIPES[recipe], seed, target - offset, directory, warm),
              Path(args.out) / "logs" / f"{label}.log", f"train {label}")
         timings.record(f"rl {label}", time.perf_counter() - began)
@@ -332,6 +356,9 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
             "recipe": recipe, "ablation": variant.ablation,
             "reward": "dense" if variant.reward == "dense" else "sparse", "warm_start": warm_label,
             "eval_episodes": args.eval_questions, "steps": args.steps,
+            # runs from before devices.json ran on the CPU machines only
+            "devices": json.loads(devices.read_text()) if (devices := directory / "devices.json").is_file()
+            else ["cpu"],
             "warm_start_em": ems(warm_eval), "final_em": ems(json.loads(path.read_text())),
             "em_curve": [(int(step), point["mix_em"]) for step, point in sorted(curve.items(), key=_step)],
             "second_search_curve": {f"{h}hop": [(int(step), point[f"{h}hop"]["multihop"])

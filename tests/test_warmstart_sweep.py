@@ -233,3 +233,15 @@ def test_publish_only_trains_and_measures_nothing(tmp_path: Path, monkeypatch) -
     assert sweep.main(["--publish-only", "--epochs", "3", "--out", str(tmp_path), "--model", str(tmp_path / "m"),
                        "--shares", "50"]) == 0
     assert published == [{50: {"pass8_1hop": {"informative": 0.6, "pass_at_k": 0.9}}}]
+
+
+def test_rl_campaign_names_every_device_a_run_trained_on_once(tmp_path: Path, monkeypatch) -> None:
+    import rl_campaign
+
+    monkeypatch.setattr(rl_campaign, "device_label", lambda: "cpu: Intel(R) Xeon(R) Processor")
+    rl_campaign.note_device(tmp_path)
+    rl_campaign.note_device(tmp_path)  # the next chunk on the same machine adds nothing
+    monkeypatch.setattr(rl_campaign, "device_label", lambda: "cuda: NVIDIA H100 80GB HBM3")
+    rl_campaign.note_device(tmp_path)  # resumed on a GPU machine
+    assert json.loads((tmp_path / "devices.json").read_text()) == [
+        "cpu: Intel(R) Xeon(R) Processor", "cuda: NVIDIA H100 80GB HBM3"]
