@@ -144,7 +144,7 @@ def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: 
         "--seed", str(seed), "--total-steps", str(total_steps),
         "--tasks-per-step", str(args.tasks_per_step), "--group-size", str(args.group_size),
         "--lr", str(args.lr), "--temperature", "1.0", "--max-new-tokens", str(MAX_NEW_TOKENS),
-        "--max-context-tokens", "2048", "--micro-batch-size", str(args.micro_batch_size),
+        "--max-context-tokens", "2048", "--micro-batch-size", str(args.micro_batch_size or args.group_size),
         "--kl-coef", "0",  # no reference model: verl's 0.001 is negligible here and costs a forward pass
         "--eval-every", "0",  # the curves are played by this script, split by hop count
         "--metrics-by", "hops",  # the rollout's habits per hop count (charts/tool_calls/1, .../2), logging only
@@ -471,7 +471,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tasks-per-step", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-4, help="RL learning rate (LoRA)")
-    parser.add_argument("--micro-batch-size", type=int, default=2)
+    parser.add_argument("--micro-batch-size", type=int, default=None,
+                        help="rows a forward holds (memory only; default: the group size, so a group's rows share "
+                             "their prompt's forward: 15-20 %% fewer positions than 2 a micro-batch)")
     parser.add_argument("--curve-questions", type=int, default=32, help="held-out questions of each hop count")
     parser.add_argument("--eval-questions", type=int, default=200, help="questions of each final measure")
     parser.add_argument("--no-final-eval", dest="final_eval", action="store_false")

@@ -94,6 +94,10 @@ def test_a_recipe_flag_overrides_the_campaign_setting_it_repeats(tmp_path: Path)
     command = rl_campaign.train_command(args, tmp_path / "warm", rl_campaign.RECIPES["grpo_lr2e-5"], 0, 5, tmp_path)
     assert [command[i + 1] for i, flag in enumerate(command) if flag == "--lr"][-1] == "2e-5"  # argparse: last wins
     plain = rl_campaign.train_command(args, tmp_path / "warm", rl_campaign.RECIPES["grpo"], 0, 5, tmp_path)
+    assert plain[plain.index("--micro-batch-size") + 1] == "2"
+    grouped = rl_campaign.train_command(argparse.Namespace(**{**vars(args), "micro_batch_size": None}),
+                                        tmp_path / "warm", rl_campaign.RECIPES["grpo"], 0, 5, tmp_path)
+    assert grouped[grouped.index("--micro-batch-size") + 1] == "8"  # default: a group a micro-batch
     assert [plain[i + 1] for i, flag in enumerate(plain) if flag == "--lr"] == ["0.0001"]
     assert "--kl-reference" not in plain and plain[plain.index("--kl-coef") + 1] == "0"
     # a run continued from a committed adapter still anchors its KL to the warm start
