@@ -5,6 +5,7 @@ Starting the engine takes ~20 s, so one engine serves the whole module.
 
 from __future__ import annotations
 
+import os
 import random
 import string
 
@@ -31,7 +32,13 @@ def engine(tiny_model_dir_for_synthhop):
 
     path = tiny_model_dir_for_synthhop
     model, tokenizer = load_model_and_tokenizer(path)
-    backend = VLLMBackend(path, tokenizer, max_model_len=512, max_sequences=4)
+    # CI sets VLLM_CPU_KVCACHE_SPACE for the engines built without max_sequences; this one sizes its own cache
+    space = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    try:
+        backend = VLLMBackend(path, tokenizer, max_model_len=512, max_sequences=4)
+    finally:
+        if space is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = space
     yield backend, model.eval(), tokenizer
     backend.close()
 

@@ -103,7 +103,8 @@ class VLLMBackend(GenerationBackend):
         max_sequences: on CPU, the most sequences a `generate` call holds (a rollout batch): the KV cache is
             sized to hold that many of ``max_model_len`` tokens (with room for one more), not a share of RAM.
             A share of RAM is 4.8 GB on a 24 GB machine, against SmolLM2's 0.75 GB for 16 rollouts of 2,048
-            tokens, all of it resident beside the trainer. None (or ``gpu_memory_utilization`` given): the share.
+            tokens, all of it resident beside the trainer. None (or ``gpu_memory_utilization`` or
+            ``VLLM_CPU_KVCACHE_SPACE`` given): those decide.
         seed: engine seed.
         engine_kwargs: anything else for `vllm.LLM`.
     """
@@ -140,7 +141,9 @@ class VLLMBackend(GenerationBackend):
         # A GRPO group's G samples and an episode's later turns share their prompt: computed once (reset after
         # each weight sync, since cached keys/values belong to the old policy).
         engine_kwargs.setdefault("enable_prefix_caching", True)
-        if not on_gpu and max_sequences and gpu_memory_utilization is None:
+        # VLLM_CPU_KVCACHE_SPACE (GiB), where set, is the user's size: vllm-cpu applies it over any other
+        if not on_gpu and max_sequences and gpu_memory_utilization is None and not os.environ.get(
+                "VLLM_CPU_KVCACHE_SPACE"):
             tokens = (max_sequences + 1) * max_model_len
             try:
                 engine_kwargs.setdefault("kv_cache_memory_bytes", kv_cache_bytes(model_path, dtype, tokens))
