@@ -9,7 +9,9 @@ for the question's entity) and the env's reply are the context, as a rollout ren
 over the two ways the agent's next turn can open (each the probability of its whole token prefix). The policy
 RL is after searches again on 2-hop questions and answers on 1-hop ones: mean p_search near 0 on 1-hop and near 1
 on 2-hop. ``greedy_search_share`` is the share of questions with p_search > 0.5 (what greedy decoding does at
-that point).
+that point). ``log_odds`` is the mean over questions of log P("<tool_call>") - log P("<answer>"), and
+``log_odds_gap`` its 2-hop minus 1-hop value: RL that only shifts the habit moves both hop counts' log-odds alike
+and leaves the gap; RL that teaches *when* to search grows it.
 
     python experiments/decision_probe.py ~/agent-gym-runs/sweep/warm75 experiments/checkpoints/rl-grpo-s0
     python experiments/decision_probe.py ADAPTER ... --questions 100 --json-out docs/results/decision_probe.json
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections.abc import Sequence
@@ -78,19 +81,23 @@ def opening_logprob(model: Any, context_ids: list[int], opening_ids: list[int]) 
 
 
 def probe(model: Any, tokenizer: Any, contexts: Sequence[list[dict[str, Any]]]) -> dict[str, float]:
-    """Mean p_search over the contexts, and the share of them where searching is the more likely opening."""
+    """Mean p_search over the contexts, the share of them where searching is the more likely opening, and the mean
+    log-odds of searching, log P(search) - log P(answer).
+
+    The log-odds separate a policy that conditions on the question from one that only shifts its habit: a shift
+    moves both hop counts' mean log-odds by the same amount, so their difference (2-hop minus 1-hop) is what RL
+    must grow, whatever happens to the shared rate."""
     from agent_gym.models.chat_template import render_prompt
 
     openings = {name: tokenizer.encode(text, add_special_tokens=False) for name, text in OPENINGS.items()}
-    values = []
+    values, log_odds = [], []
     for messages in contexts:
         context = render_prompt(tokenizer, messages)
         logprobs = {name: opening_logprob(model, context, ids) for name, ids in openings.items()}
-        top = max(logprobs.values())
-        weights = {name: pow(2.718281828459045, value - top) for name, value in logprobs.items()}
-        values.append(weights["search"] / sum(weights.values()))
+        log_odds.append(logprobs["search"] - logprobs["answer"])
+        values.append(1.0 / (1.0 + math.exp(-log_odds[-1])))
     return {"p_search": statistics.fmean(values), "greedy_search_share": sum(v > 0.5 for v in values) / len(values),
-            "questions": len(values)}
+            "log_odds": statistics.fmean(log_odds), "questions": len(values)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for adapter in args.adapters:
         model, tokenizer = load_model_and_tokenizer(adapter, dtype=resolve_dtype(args.dtype))
         model.eval()
-        row = {f"{hops}hop": probe(model, tokenizer, contexts[hops]) for hops in (1, 2)}
+        row: dict[str, Any] = {f"{hops}hop": probe(model, tokenizer, contexts[hops]) for hops in (1, 2)}
+        row["log_odds_gap"] = row["2hop"]["log_odds"] - row["1hop"]["log_odds"]  # > 0: more search on 2-hop
         results[str(Path(adapter).name)] = {"adapter": str(adapter), **row}
         print(Path(adapter).name, json.dumps(row), flush=True)
         if out is not None:

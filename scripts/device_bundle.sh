@@ -18,6 +18,12 @@
 #
 # (54 MiB parts and a 4 MB tree: 58 MiB a call; the last part, 41 MiB, rides with the 14 MiB of the run call.)
 #
+# A later call on the same warm machine continues the campaign (its runs wait in /tmp/agent-gym-runs there) with the
+# same command, but it must carry the warm start again (and .device/model and .device/wheels, to be safe): the warm
+# start under experiments/checkpoints was gone in a call that did not carry it, while the .device parts of earlier
+# calls and the joined model in /tmp stayed. First used 2026-11-27 on an H200:
+# the start and a smoke test 156 s, a part call 5 s, the campaign call 515 s (6 runs to steps 13-19), 15 min in all.
+#
 # --untrack is what makes the tree small enough: the adapters stay in the commit and on disk, only the index
 # forgets them (and .git/info/exclude ignores them) until --restore.
 set -euo pipefail

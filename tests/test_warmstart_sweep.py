@@ -212,6 +212,11 @@ def test_the_decision_probe_reads_the_choice_after_the_first_search(tiny_model) 
     result = decision_probe.probe(model, tokenizer, contexts)
     assert 0.0 < result["p_search"] < 1.0 and result["questions"] == 3
     assert result["greedy_search_share"] in (0.0, 1 / 3, 2 / 3, 1.0)
+    # p_search is the logistic of each question's log-odds of searching; a mean p over 0.5 needs some positive odds
+    single = decision_probe.probe(model, tokenizer, contexts[:1])
+    assert math.isclose(single["p_search"], 1 / (1 + math.exp(-single["log_odds"])), rel_tol=1e-9)
+    assert (result["greedy_search_share"] > 0) == (max(
+        decision_probe.probe(model, tokenizer, [c])["log_odds"] for c in contexts) > 0)
     # the probability of an opening is the product of its tokens' next-token probabilities
     from agent_gym.models.chat_template import render_prompt
 
