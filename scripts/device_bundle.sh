@@ -4,12 +4,14 @@
 #   bash scripts/device_bundle.sh             # SmolLM2 in bf16, split in parts, and wheels for its Python 3.12
 #   bash scripts/device_bundle.sh --untrack   # also take experiments/checkpoints out of the git index
 #   bash scripts/device_bundle.sh --restore   # put it back (git reset), after the device calls
+#   bash scripts/device_bundle.sh --adapters NAME ...   # also copy experiments/checkpoints/NAME to .device/checkpoints/
 #
 # Why: that machine reaches no package index and takes at most 64 MiB a call (the tracked tree, untracked files and
 # the carried paths together), while SmolLM2's weights are 269 MB in bf16 and the committed adapters 170 MB. Its
-# image has torch, transformers, peft and numba, not gymnasium, PyStemmer or msgspec. Paths carried in one call
-# stay on a warm machine for the next ones, so the weights travel in parts, one call each, and the last call
-# carries the last part, the wheels and the warm start and runs scripts/device_campaign.sh, which joins the parts:
+# image has torch, transformers, peft and numba, not gymnasium, PyStemmer or msgspec. What a call carries under
+# .device/ stays on the warm machine for the next calls, so the weights travel in parts, one call each, and the
+# last call carries the last part, the wheels and the warm start and runs scripts/device_campaign.sh, which joins
+# the parts:
 #
 #   run(command="ls -l .device", carry=[".device/model-part-aa"])         # then -ab, -ac, -ad: one a call
 #   run(command="bash scripts/device_campaign.sh --recipes grpo ppo --seeds 0 1 2 --steps 200 --parallel 6",
@@ -18,17 +20,25 @@
 #
 # (54 MiB parts and a 4 MB tree: 58 MiB a call; the last part, 41 MiB, rides with the 14 MiB of the run call.)
 #
-# A later call on the same warm machine continues the campaign (its runs wait in /tmp/agent-gym-runs there) with the
-# same command, but it must carry the warm start again (and .device/model and .device/wheels, to be safe): the warm
-# start under experiments/checkpoints was gone in a call that did not carry it, while the .device parts of earlier
-# calls and the joined model in /tmp stayed. First used 2026-11-27 on an H200:
-# the start and a smoke test 156 s, a part call 5 s, the campaign call 515 s (6 runs to steps 13-19), 15 min in all.
+# Runs committed by an earlier session (experiments/checkpoints/rl-RUN, 9.5 MB each) continue there with
+# `--from-repo`: `--adapters rl-RUN ...` copies them to .device/checkpoints/, calls of their own carry them (five
+# to a call beside the tree), and device_campaign.sh puts them back under experiments/checkpoints. Only .device/
+# survives from call to call: the warm start under experiments/checkpoints was gone in a call that did not carry
+# it, while the parts of earlier calls (and the joined model in /tmp) stayed. So a later call that continues the
+# campaign on the same warm machine (its runs wait in /tmp/agent-gym-runs there) carries the warm start again.
+# First used 2026-11-27 on an H200: the start and a smoke test 156 s, a part call 5 s, the campaign call 515 s
+# (6 runs to steps 13-19, about 20 s a step each), 15 min of device time in all.
 #
 # --untrack is what makes the tree small enough: the adapters stay in the commit and on disk, only the index
 # forgets them (and .git/info/exclude ignores them) until --restore.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exclude=.git/info/exclude
+adapters=()
+if [ "${1:-}" = --adapters ]; then
+  shift; adapters=("$@"); set --
+  [ ${#adapters[@]} -gt 0 ] || { echo "--adapters: name at least one folder of experiments/checkpoints" >&2; exit 2; }
+fi
 case "${1:-}" in
   --restore)
     git reset -q -- experiments/checkpoints
@@ -41,8 +51,19 @@ case "${1:-}" in
     grep -qx '/experiments/checkpoints/' "$exclude" || echo '/experiments/checkpoints/' >> "$exclude"
     echo "experiments/checkpoints left the index (bash $0 --restore puts it back)" ;;
   "") ;;
-  *) echo "usage: bash $0 [--untrack | --restore]" >&2; exit 2 ;;
+  *) echo "usage: bash $0 [--untrack | --restore | --adapters NAME ...]" >&2; exit 2 ;;
 esac
+if [ ${#adapters[@]} -gt 0 ]; then
+  mkdir -p .device/checkpoints
+  for name in "${adapters[@]}"; do
+    source=experiments/checkpoints/$name
+    [ -f "$source/adapter_config.json" ] || { echo "no adapter in $source" >&2; exit 2; }
+    rm -rf ".device/checkpoints/$name" && cp -r "$source" .device/checkpoints/
+  done
+  du -sh .device/checkpoints/*
+  echo "carry each in a call (about 5 a call): .device/checkpoints/NAME"
+  exit 0
+fi
 
 part_mb=${DEVICE_PART_MB:-54}
 mkdir -p .device/model .device/wheels

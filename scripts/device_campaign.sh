@@ -3,7 +3,8 @@
 #
 #   bash scripts/device_campaign.sh --recipes grpo ppo --seeds 0 1 2 --steps 200 --parallel 6
 #
-# Joins SmolLM2's parts, installs the carried wheels where the image lacks a package, then runs
+# Joins SmolLM2's parts, installs the carried wheels where the image lacks a package, puts the committed runs that
+# earlier calls carried under .device/checkpoints back in experiments/checkpoints (for --from-repo), then runs
 # experiments/rl_campaign.py (from the 3-epoch sweep's choice, on cuda: the train and eval processes take the GPU
 # when there is one) for at most BUDGET_S seconds (default 480, inside the call's 600). At the budget every process
 # gets SIGTERM and the train processes save their step. Then each run's adapter (bf16), metrics, curve and log go to
@@ -49,6 +50,10 @@ if ! "$python" -c "import gymnasium, Stemmer, msgspec" 2>/dev/null; then
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+# committed runs carried by earlier calls (scripts/device_bundle.sh --adapters), for --from-repo
+for adapter in .device/checkpoints/*/; do
+  [ -d "$adapter" ] && [ ! -d "experiments/checkpoints/$(basename "$adapter")" ] && cp -r "$adapter" experiments/checkpoints/
+done
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU: the CPU runs it"
 "$python" -c "import torch, transformers, peft; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 '| transformers', transformers.__version__, '| peft', peft.__version__)"
