@@ -110,8 +110,9 @@ def test_eval_no_progress_hides_the_weights_bar_too(model_dir, tmp_path, capsys)
 
     from agent_gym.cli import main
 
+    # short turns: the test is about the weights' progress bar, not what the model says
     argv = ["eval", ENV_ID, "--model", str(model_dir), "--episodes", "1", "--out", str(tmp_path / "e.jsonl"),
-            "--env-kwargs", json.dumps(ENV_KWARGS)]
+            "--env-kwargs", json.dumps(ENV_KWARGS), "--max-new-tokens", "8", "--max-turns", "2"]
     assert main([*argv, "--no-progress"]) == 0
     assert "Loading weights" not in capsys.readouterr().err
     assert transformers_logging.is_progress_bar_enabled()  # hidden for that load only
