@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from collections import Counter
 
 import numpy as np
@@ -249,6 +250,41 @@ def test_without_the_compiled_module_the_jit_kernel_answers_the_same(tmp_path) -
                                timeout=300, env=environment)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "True"
+
+
+def test_the_kernel_releases_the_gil_so_a_split_batch_runs_on_every_core() -> None:
+    # With a 10 s switch interval the worker thread keeps the GIL from reading the counter until it reads it again,
+    # unless the kernel releases it: only then does the main thread (sleep(0) in a loop) count during the search.
+    import threading
+
+    engine = ImpactBM25.from_documents(_corpus(5000, 11))
+    flat, starts = [], [0]
+    for query in [" ".join(random.Random(n).choices(WORDS, k=6)) for n in range(2000)]:
+        flat.extend(engine._term_ids(query))
+        starts.append(len(flat))
+    args = (np.asarray(flat, dtype=np.int32), np.asarray(starts, dtype=np.int64), *engine._arrays, engine._block, 10,
+            np.empty((2000, 10), dtype=np.int32), np.empty((2000, 10), dtype=np.float32), np.empty(2000, np.int32))
+    engine._kernel(*args)  # compiled (or loaded) before the measure
+    counter, seen, finished = [0], [], threading.Event()
+
+    def search() -> None:
+        before = counter[0]
+        engine._kernel(*args)
+        seen.append(counter[0] - before)
+        finished.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(10.0)
+    try:
+        worker = threading.Thread(target=search)
+        worker.start()
+        while not finished.is_set():
+            counter[0] += 1
+            time.sleep(0)
+        worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert seen[0] > 0, f"{type(engine._kernel).__name__} held the GIL for the whole batch"
 
 
 def test_an_index_of_the_uncompressed_format_is_refused_with_the_rebuild_command(tmp_path) -> None:
