@@ -7,7 +7,7 @@
 #   bash scripts/device_bundle.sh --adapters NAME ...   # also copy experiments/checkpoints/NAME to .device/checkpoints/
 #
 # Why: that machine reaches no package index and takes at most 64 MiB a call (the tracked tree, untracked files and
-# the carried paths together), while SmolLM2's weights are 269 MB in bf16 and the committed adapters 170 MB. Its
+# the carried paths together), while SmolLM2's weights are 269 MB in bf16 and the committed adapters 245 MB. Its
 # image has torch, transformers, peft and numba, not gymnasium, PyStemmer or msgspec. What a call carries under
 # .device/ stays on the warm machine for the next calls, so the weights travel in parts, one call each, and the
 # last call carries the last part, the wheels and the warm start and runs scripts/device_campaign.sh, which joins
@@ -56,9 +56,9 @@ esac
 if [ ${#adapters[@]} -gt 0 ]; then
   mkdir -p .device/checkpoints
   for name in "${adapters[@]}"; do
-    source=experiments/checkpoints/$name
-    [ -f "$source/adapter_config.json" ] || { echo "no adapter in $source" >&2; exit 2; }
-    rm -rf ".device/checkpoints/$name" && cp -r "$source" .device/checkpoints/
+    folder=experiments/checkpoints/$name
+    [ -f "$folder/adapter_config.json" ] || { echo "no adapter in $folder" >&2; exit 2; }
+    rm -rf ".device/checkpoints/$name" && cp -r "$folder" .device/checkpoints/
   done
   du -sh .device/checkpoints/*
   echo "carry each in a call (about 5 a call): .device/checkpoints/NAME"
