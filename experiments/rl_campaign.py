@@ -101,15 +101,20 @@ RECIPES = {
 }
 
 
+def sweep_choice(args: argparse.Namespace) -> int | None:
+    """The 2-hop share the sweep chose (its OUT/chosen.json, else the published record), None before it chose."""
+    local = Path(args.sweep_out) / "chosen.json"
+    published = results_path(args.sweep_epochs)
+    source = local if local.is_file() else published
+    return json.loads(source.read_text()).get("chosen") if source.is_file() else None
+
+
 def chosen_warm_start(args: argparse.Namespace) -> tuple[str, Path]:
     """The sweep's choice (its OUT/chosen.json, else the published docs/results/warmstart_sweep.json) and its
     adapter (the sweep's run directory, else the committed bf16 copy)."""
     if args.warm:
         return Path(args.warm).name, Path(args.warm)
-    local = Path(args.sweep_out) / "chosen.json"
-    published = results_path(args.sweep_epochs)
-    source = local if local.is_file() else published
-    chosen = json.loads(source.read_text()).get("chosen") if source.is_file() else None
+    chosen = sweep_choice(args)
     if chosen is None:
         raise SystemExit("the warm-start sweep has not chosen yet: run experiments/warmstart_sweep.py to the end, "
                          "or pass --warm ADAPTER_DIR")
@@ -384,13 +389,28 @@ def _step(item: tuple[str, Any]) -> int:
     return int(item[0])
 
 
+def campaign_tag(sweep_epochs: int, warm: str = "", chosen: int | None = None) -> str:
+    """The suffix of a campaign's run names: the sweep's (``-e3``), and ``-warmNN`` for a campaign started with
+    ``--warm`` from a warm start of the sweep other than its choice ``chosen``, so that its runs, committed adapters
+    and records never take the names of the runs from the choice ("grpo-e3-warm50-s0" beside "grpo-e3-s0"). The
+    choice itself passed as ``--warm`` (how the 1-epoch probes ran) keeps the plain names."""
+    tag = sweep_tag(sweep_epochs)
+    if not warm:
+        return tag
+    found = re.fullmatch(r"(?:sweep(?:-e\d+)?-)?warm(\d+)", Path(warm).name)
+    if found is None:
+        raise SystemExit(f"--warm {warm}: name a warm start of the sweep (a folder named warmNN or "
+                         "sweep-e3-warmNN), so that its runs get a name of their own")
+    return tag if int(found.group(1)) == chosen else f"{tag}-warm{found.group(1)}"
+
+
 def _same_campaign(run: str, tag: str) -> bool:
     """Whether a learning.json record is an RL run of the campaign ``tag`` (records of the others are kept)."""
     if not run.startswith("rl-"):
         return False
     name = run[: run.rfind("-s")]  # "rl-grpo-e3-s0" -> "rl-grpo-e3"
-    found = re.search(r"-e\d+$", name)
-    return (found.group(0) if found else "") == tag
+    found = re.search(r"(-e\d+)?(-warm\d+)?$", name)  # always matches, maybe empty
+    return found.group(0) == tag
 
 
 def results_file(name: str, tag: str) -> Path:
@@ -468,7 +488,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the warm-start sweep to start from (3: sweep-e3); its runs are named RECIPE-e3-sN")
     parser.add_argument("--sweep-out", default=None, help="that sweep's run directory (default ~/agent-gym-runs/"
                                                           "sweep, or sweep-e3 ...)")
-    parser.add_argument("--warm", default="", help="start from this adapter instead of the sweep's choice")
+    parser.add_argument("--warm", default="", help="start from this warm start of the sweep (warmNN or "
+                                                   "sweep-e3-warmNN) instead of its choice; runs are named "
+                                                   "RECIPE-e3-warmNN-sN")
     parser.add_argument("--recipes", nargs="+", default=["grpo", "ppo"], choices=sorted(RECIPES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=100, help="RL steps of every run")
@@ -491,8 +513,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="continue runs from their committed adapters where no run directory exists")
     parser.add_argument("--summarize", action="store_true", help="records, table and curves only")
     args = parser.parse_args(argv)
-    args.tag = sweep_tag(args.sweep_epochs)
-    args.sweep_out = args.sweep_out or str(Path.home() / "agent-gym-runs" / f"sweep{args.tag}")
+    args.sweep_out = args.sweep_out or str(Path.home() / "agent-gym-runs" / f"sweep{sweep_tag(args.sweep_epochs)}")
+    args.tag = campaign_tag(args.sweep_epochs, args.warm, sweep_choice(args))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     timings = Timings(out)

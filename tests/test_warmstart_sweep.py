@@ -159,6 +159,28 @@ def test_a_campaign_from_the_3_epoch_sweep_starts_from_its_choice_and_keeps_apar
     assert rl_campaign.results_file("rl_table.md", "-e3").name == "rl_table_e3.md"
 
 
+def test_a_campaign_from_another_warm_start_of_the_sweep_gets_names_of_its_own(tmp_path: Path) -> None:
+    import argparse
+
+    import rl_campaign
+
+    (tmp_path / "chosen.json").write_text('{"chosen": 75}')
+    args = argparse.Namespace(sweep_out=str(tmp_path), sweep_epochs=3)
+    assert rl_campaign.sweep_choice(args) == 75
+    tag = rl_campaign.campaign_tag(3, "experiments/checkpoints/sweep-e3-warm50", 75)
+    assert tag == "-e3-warm50"
+    assert rl_campaign.run_name("grpo_lr5e-5_kl0.3", 0, tag) == "grpo_lr5e-5_kl0.3-e3-warm50-s0"
+    # the choice itself, passed as --warm (the 1-epoch probes' command), keeps the names its runs already have
+    assert rl_campaign.campaign_tag(1, "~/agent-gym-runs/sweep/warm75", 75) == ""
+    assert rl_campaign.campaign_tag(3, "", 75) == "-e3"
+    with pytest.raises(SystemExit, match="name a warm start of the sweep"):
+        rl_campaign.campaign_tag(3, "experiments/checkpoints/rl-grpo-s0", 75)
+    # its learning.json records are its own, apart from the choice's campaign
+    assert rl_campaign._same_campaign("rl-grpo_lr5e-5_kl0.3-e3-warm50-s0", "-e3-warm50")
+    assert not rl_campaign._same_campaign("rl-grpo_lr5e-5_kl0.3-e3-warm50-s0", "-e3")
+    assert not rl_campaign._same_campaign("rl-grpo_lr5e-5_kl0.3-e3-s0", "-e3-warm50")
+
+
 def test_a_new_machine_resumes_the_sweep_from_the_committed_adapter_and_measures(tmp_path: Path, monkeypatch) -> None:
     committed = tmp_path / "checkpoints" / "sweep-warm25"
     committed.mkdir(parents=True)
