@@ -7,14 +7,16 @@ batches for ``--warmup-seconds`` (Lucene's JIT keeps speeding up for seconds), t
 every query (top-10) for at least ``--seconds`` and count queries per second; then single-query
 latency (p50/p99) over the queries. Every corpus is measured once per CPU count of ``--cpus`` (default
 1 and 2): with ``c`` CPUs each backend searches with ``c`` threads, its own way (Pyserini's
-``batch_search(threads=c)``; the impact engine splits a batch's queries across ``c`` threads, its kernel
-releasing the GIL), and each search process is pinned to ``c`` CPUs (``--no-pin`` lifts it: the JVM then
+``batch_search(threads=c)``; the impact engine splits a batch's queries across ``c`` processes, itself and
+``c - 1`` workers that open the same memory-mapped index: threads stopped scaling at the Python around its
+kernel), and each search process is pinned to ``c`` CPUs (``--no-pin`` lifts it: the JVM then
 runs its JIT and garbage collector on the other cores). The ratio of a backend is its batch q/s over
 Pyserini's in the same repeat and CPU count; the table gives the median over ``--repeats`` and the range.
 Engines with a compiled kernel (impact, bm25s-numba) are also opened once in a process with empty kernel
 caches: the first process on a machine.
 
-Memory: peak RSS of the search process, and its split at the end into anonymous memory (the
+Memory: peak RSS of the search process (with the impact engine's workers: the sum of theirs, shared pages
+counted in each; ``pss_mb`` splits them), and its split at the end into anonymous memory (the
 process: interpreter, JVM heap, buffers) and file-backed pages (the memory-mapped index pages it
 touched, and shared libraries); plus the index's size on disk (the document store, the same for
 every backend, not counted). ``memory_ratio`` is peak RSS over Pyserini's.
@@ -183,18 +185,28 @@ def _size(name: str) -> int:
 # ------------------------------------------------------------------------------------------- workers
 
 
-def _memory() -> dict[str, float]:
-    """Peak and current RSS of this process and the current split (MB), from /proc/self/status."""
+def _memory(workers: list[int] = ()) -> dict[str, float]:
+    """Peak and current RSS of this process and the current split (MB), from /proc/PID/status, summed over
+    it and its search ``workers`` (pids): a page the processes share (the index's memory map) counts once in
+    each, so the sum overstates what they hold together. ``pss_mb``: their proportional set size now, where a
+    shared page is split between the processes that map it."""
     fields = {"VmHWM": "peak_rss_mb", "VmRSS": "rss_mb", "RssAnon": "anon_mb", "RssFile": "file_mb"}
     found: dict[str, float] = {}
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                key = line.split(":", 1)[0]
-                if key in fields:
-                    found[fields[key]] = int(line.split()[1]) / 1024
-    except OSError:  # not Linux
-        pass
+    for pid in ["self", *workers]:
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    key = line.split(":", 1)[0]
+                    if key in fields:
+                        found[fields[key]] = found.get(fields[key], 0.0) + int(line.split()[1]) / 1024
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                for line in rollup:
+                    if line.startswith("Pss:"):
+                        found["pss_mb"] = found.get("pss_mb", 0.0) + int(line.split()[1]) / 1024
+        except OSError:  # not Linux, or a worker that died
+            pass
+    if workers:
+        found["processes"] = 1 + len(workers)
     return found
 
 
@@ -271,7 +283,8 @@ def _open(backend: str, workdir: Path, args: argparse.Namespace) -> object:
     elif backend == "impact":
         from agent_gym.retrieval_index.engines.impact_bm25 import ImpactBM25
 
-        retriever = ImpactBM25.open(index_dir, docs)
+        # c CPUs: c processes of one thread each (threads stop scaling at the Python around the kernel).
+        return ImpactBM25.open(index_dir, docs, threads=1, processes=args.threads)
     else:
         from agent_gym.retrieval_index.engines.pyserini_bm25 import configure_jvm
 
@@ -327,7 +340,7 @@ def worker_search(backend: str, workdir: Path, args: argparse.Namespace) -> dict
         "p50_ms": float(np.percentile(latencies, 50)),
         "p99_ms": float(np.percentile(latencies, 99)),
         "results": results,
-        **_memory(),
+        **_memory(getattr(getattr(retriever, "_workers", None), "pids", [])),
     }
 
 
@@ -484,6 +497,8 @@ def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -
             "peak_rss_mb": peak_rss,
             "anon_mb": statistics.median(r.get("anon_mb", float("nan")) for r in good),
             "file_mb": statistics.median(r.get("file_mb", float("nan")) for r in good),
+            "pss_mb": statistics.median(r.get("pss_mb", float("nan")) for r in good),
+            "processes": good[0].get("processes", 1),
             "recall_at_10": _recall(results, queries),
             "threads": args.threads,
             "pinned_cpus": args.threads if args.pin else None,
@@ -505,9 +520,9 @@ def _table(name: str, docs: int, queries: int, records: list[dict], load_start: 
         f"load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end",
         "",
         "| backend | batch q/s (median) | vs Pyserini: median [min, max] | p50 ms | p99 ms | 1st query ms "
-        "| open s | build s | index MB | peak RSS MB (anon + file) | RSS vs Pyserini "
+        "| open s | build s | index MB | peak RSS MB (anon + file) | PSS MB | RSS vs Pyserini "
         "| top-10 overlap (above ties) | recall@10 |",
-        "|---|" + "---:|" * 12,
+        "|---|" + "---:|" * 13,
     ]
     for r in records:
         ratio = (f"{r['ratio_median']:.2f}x [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]"
@@ -517,7 +532,8 @@ def _table(name: str, docs: int, queries: int, records: list[dict], load_start: 
             f"| {_fmt(r['p99_ms'], 2)} | {_fmt(r['first_query_ms'])} | {_fmt(r['open_s'], 2)} "
             f"| {_fmt(r['build_s'])} | {_fmt(r['index_mb'])} "
             f"| {_fmt(r['peak_rss_mb'], 0)} ({_fmt(r['anon_mb'], 0)} + {_fmt(r['file_mb'], 0)}) "
-            f"| {_fmt(r['memory_ratio'], 2)}x | {_fmt(r['overlap'], 3)} ({_fmt(r['overlap_above_ties'], 3)}) "
+            f"| {_fmt(r.get('pss_mb'), 0)} | {_fmt(r['memory_ratio'], 2)}x "
+            f"| {_fmt(r['overlap'], 3)} ({_fmt(r['overlap_above_ties'], 3)}) "
             f"| {_fmt(r['recall_at_10'], 3)} |"
         )
     for r in records:

@@ -20,6 +20,7 @@ from agent_gym.error import AgentGymError, InvalidValue
 __all__ = [
     "MAX_QUERY_CHARS",
     "MAX_QUERY_TERMS",
+    "PARALLEL_MIN_BATCH",
     "Hit",
     "IndexCorruptError",
     "RetrievalError",
@@ -40,7 +41,7 @@ MAX_QUERY_TERMS = 1024
 
 # Batches at least this long are spread over threads. The engines mostly release the GIL while
 # scoring (measured: a pure-Python loop keeps 80-100% of its speed beside a searching thread).
-_PARALLEL_MIN_BATCH = 16
+PARALLEL_MIN_BATCH = 16
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -92,7 +93,7 @@ def default_threads() -> int:
 
 def map_batch(function: Callable[[T], R], items: Sequence[T], threads: int) -> list[R]:
     """``[function(x) for x in items]``, on a thread pool when the batch is large enough to pay."""
-    if threads <= 1 or len(items) < _PARALLEL_MIN_BATCH:
+    if threads <= 1 or len(items) < PARALLEL_MIN_BATCH:
         return [function(item) for item in items]
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(function, items))
@@ -100,7 +101,7 @@ def map_batch(function: Callable[[T], R], items: Sequence[T], threads: int) -> l
 
 def map_chunks(function: Callable[[Sequence[T]], list[R]], items: Sequence[T], threads: int) -> list[R]:
     """``function(items)``, split into ``threads`` contiguous chunks run on a thread pool when that pays."""
-    if threads <= 1 or len(items) < _PARALLEL_MIN_BATCH:
+    if threads <= 1 or len(items) < PARALLEL_MIN_BATCH:
         return function(items)
     size = -(-len(items) // threads)
     chunks = [items[start : start + size] for start in range(0, len(items), size)]

@@ -98,7 +98,7 @@ _BUILD_PARAMS: dict[str, set[str]] = {
     "dense": {"faiss_index", "m", "ef_construction", "nlist", "pq_m", "nbits"},
 }
 _SEARCH_PARAMS: dict[str, set[str]] = {
-    "impact": set(),
+    "impact": {"processes"},
     "tantivy": set(),
     "bm25s": set(),
     "pyserini": {"k1", "b"},
@@ -356,7 +356,8 @@ def build_index(
     build leaves nothing behind and an earlier index at ``out_dir`` untouched. Document ids must be unique
     (they name the hits); a corpus that repeats one is refused before any engine indexes it.
 
-    ``params`` go to the engine: impact ``k1, b, stemmer``; bm25s ``k1, b, method, stemmer``;
+    ``params`` go to the engine: impact ``k1, b, stemmer``, ``processes`` (search workers, see
+    :class:`~agent_gym.retrieval_index.engines.impact_bm25.ImpactBM25`); bm25s ``k1, b, method, stemmer``;
     pyserini ``threads, heap, k1, b``; dense ``faiss_index`` (flat | hnsw | ivfpq),
     ``m, ef_construction, nlist, pq_m, nbits``, ``ef_search, nprobe``;
     hybrid ``sparse`` (a BM25 engine), ``k_rrf`` and any of those. tantivy takes none (its BM25 constants

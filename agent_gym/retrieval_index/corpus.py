@@ -182,6 +182,7 @@ class DocStore(Sequence[Document]):
 
     def __init__(self, directory: str | os.PathLike[str]):
         directory = Path(directory)
+        self.directory = directory
         data_path, offsets_path = directory / self.DATA, directory / self.OFFSETS
         if not data_path.is_file() or not offsets_path.is_file():
             raise FileNotFoundError(

@@ -32,6 +32,7 @@ JIT, cached beside the module (``NUMBA_CACHE_DIR``). Either way the cost is paid
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -52,6 +53,7 @@ from agent_gym.cache_root import cache_root
 from agent_gym.error import InvalidValue
 from agent_gym.retrieval_index.base import (
     MAX_QUERY_TERMS,
+    PARALLEL_MIN_BATCH,
     Hit,
     RetrievalError,
     Retriever,
@@ -62,6 +64,7 @@ from agent_gym.retrieval_index.base import (
 )
 from agent_gym.retrieval_index.corpus import DocStore, Document, make_hits
 from agent_gym.retrieval_index.engines.english_analyzer import EnglishAnalyzer
+from agent_gym.retrieval_index.search_processes import SearchProcesses
 
 logger = logging.getLogger(__name__)
 
@@ -400,7 +403,10 @@ class ImpactBM25(Retriever):
     memory-mapped when opened from disk.
 
     ``threads``: queries of a batch are split across this many threads (the kernel releases the GIL);
-    default: the CPUs this process may run on.
+    default: the CPUs this process may run on. ``processes`` (an index opened with :meth:`open` only): a
+    batch is split across this process and ``processes - 1`` workers that open the same memory-mapped index
+    (:class:`~agent_gym.retrieval_index.search_processes.SearchProcesses`), each with one thread; they scale
+    where threads stop, at the Python around the kernel (word lookup, reading the hits' text).
     """
 
     name = "impact"
@@ -423,6 +429,7 @@ class ImpactBM25(Retriever):
         self._analyzer = EnglishAnalyzer(params.get("stemmer", "porter"), standard_tokens=True)
         self._docs = docs
         self._threads = threads or default_threads()
+        self._workers: SearchProcesses | None = None  # set by open(processes > 1)
         warm_up()
 
     def score_tolerance(self, query: str) -> float:
@@ -533,9 +540,17 @@ class ImpactBM25(Retriever):
 
     @classmethod
     def open(
-        cls, directory: str | os.PathLike[str], docs: Sequence[Document] | None = None, *, threads: int | None = None
+        cls,
+        directory: str | os.PathLike[str],
+        docs: Sequence[Document] | None = None,
+        *,
+        threads: int | None = None,
+        processes: int = 1,
     ) -> ImpactBM25:
         """Open an index written by :meth:`build`, its arrays memory-mapped.
+
+        ``processes > 1`` starts ``processes - 1`` search workers (see the class); ``docs`` must then be
+        ``None`` or a :class:`DocStore`, which the workers open too.
 
         Raises:
             IndexFormatError: the index was written by an earlier version in another format; the message
@@ -550,9 +565,19 @@ class ImpactBM25(Retriever):
                 f"the impact index in {index_dir} is in format {params.get('format')} (an earlier agent-gym's, "
                 f"8 bytes a posting); this version reads format {_FORMAT} (compressed postings). Rebuild it: "
                 f"{_rebuild_command(Path(directory))}")
+        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+            raise InvalidValue(f"processes must be an int >= 1, got {processes!r}")
+        if processes > 1 and docs is not None and not isinstance(docs, DocStore):
+            raise InvalidValue("processes > 1 needs the documents in a DocStore (or docs=None, the index's own): "
+                               f"each search worker opens them from disk, and a {type(docs).__name__} has no path")
         arrays = {name: np.load(index_dir / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}  # no copy
         vocab = Vocabulary.load(index_dir, int(params.get("salt", 0)))
-        return cls(arrays, vocab, params, docs if docs is not None else DocStore(directory), threads=threads)
+        docs = docs if docs is not None else DocStore(directory)
+        retriever = cls(arrays, vocab, params, docs, threads=threads)
+        if processes > 1:  # after this process has the compiled kernel: the workers load it, never compile it
+            opener = functools.partial(_open_in_worker, str(directory), str(docs.directory))
+            retriever._workers = SearchProcesses(opener, processes)
+        return retriever
 
     # ------------------------------------------------------------------------------------ search
 
@@ -575,4 +600,18 @@ class ImpactBM25(Retriever):
                 for i in range(len(queries))]
 
     def _search(self, queries: list[str], k: int) -> list[list[Hit]]:
-        return map_chunks(lambda chunk: self._search_chunk(chunk, k), queries, self._threads)
+        def local(chunk: Sequence[str]) -> list[list[Hit]]:
+            return map_chunks(lambda part: self._search_chunk(part, k), chunk, self._threads)
+
+        if self._workers is not None and self._workers.alive and len(queries) >= PARALLEL_MIN_BATCH:
+            return self._workers.map(queries, k, local)
+        return local(queries)
+
+    def _release(self) -> None:
+        if self._workers is not None:
+            self._workers.close()
+
+
+def _open_in_worker(directory: str, store: str) -> ImpactBM25:
+    """A search worker's retriever: the same index and store, one thread."""
+    return ImpactBM25.open(directory, DocStore(store), threads=1)

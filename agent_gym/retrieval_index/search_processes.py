@@ -1,0 +1,239 @@
+"""Search a batch's queries in several processes: this one and worker processes that open the same index.
+
+Threads do not scale a Python retriever past its GIL: with the impact engine, the compiled kernel releases it,
+but looking up the query's words and reading each hit's text from the document store hold it, about a third of
+a search (profiled on the Wikipedia-like 10^5 corpus, 2026-11-28). A worker is a fresh interpreter
+(``python -m agent_gym.retrieval_index.search_processes``) that opens the index itself; a memory-mapped index
+is then shared through the page cache, not copied. Requests and answers cross its stdin and stdout as pickles
+(only this process writes to it, so nothing untrusted is unpickled).
+
+A worker that dies (killed, out of memory) costs speed, not answers: its share of a batch and of every later
+batch runs in this process, with one warning. A worker exits when this process closes the retriever or dies
+(its stdin reaches EOF).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, BinaryIO
+
+from agent_gym.error import InvalidValue
+from agent_gym.retrieval_index.base import Hit, RetrievalError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SearchProcesses"]
+
+_HEADER = struct.Struct("<Q")
+# Spawning a worker and waiting for it to open its index: a 10^6-document impact index opens in about 1 s.
+_READY_TIMEOUT_S = 120.0
+
+
+def _write_frame(stream: BinaryIO, value: Any) -> None:
+    payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(payload)) + payload)
+    stream.flush()
+
+
+def _read_frame(stream: BinaryIO) -> Any:
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError("the stream ended")
+    (size,) = _HEADER.unpack(header)
+    payload = stream.read(size)
+    if len(payload) < size:
+        raise EOFError("the stream ended inside a frame")
+    return pickle.loads(payload)
+
+
+class _Worker:
+    """One worker process and its pipes."""
+
+    def __init__(self, opener: Callable[[], Any]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        self.ready = False
+        _write_frame(self.process.stdin, opener)
+
+    def wait_ready(self) -> None:
+        if self.ready:
+            return
+        status, value = _read_frame(self.process.stdout)
+        if status != "ready":
+            raise value
+        self.ready = True
+
+    def stop(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _stop_all(workers: list[_Worker]) -> None:
+    for worker in workers:
+        worker.stop()
+    workers.clear()
+
+
+class SearchProcesses:
+    """``processes - 1`` worker processes, each with its own retriever from ``opener``.
+
+    Args:
+        opener: a picklable callable (a module-level function or a :func:`functools.partial` of one) that
+            returns a retriever; each worker calls it once.
+        processes: how many processes share a batch, this one included (>= 2).
+    """
+
+    def __init__(self, opener: Callable[[], Any], processes: int) -> None:
+        if not isinstance(processes, int) or processes < 2:
+            raise InvalidValue(f"SearchProcesses needs processes >= 2, got {processes!r}")
+        try:
+            pickle.dumps(opener)
+        except Exception as error:  # noqa: BLE001 - pickling fails in many ways
+            raise InvalidValue(f"the worker's opener must be picklable ({error})") from None
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _stop_all, self._workers)
+        for _ in range(processes - 1):
+            self._workers.append(_Worker(opener))
+
+    @property
+    def alive(self) -> int:
+        """How many workers still take a share of each batch."""
+        return len(self._workers)
+
+    @property
+    def pids(self) -> list[int]:
+        """The live workers' process ids (to read their memory, say)."""
+        return [worker.process.pid for worker in self._workers]
+
+    def map(self, queries: Sequence[str], k: int, local: Callable[[Sequence[str]], list[list[Hit]]]
+            ) -> list[list[Hit]]:
+        """The hits of ``queries``, in order: one contiguous share per process, ``local`` searching this one's.
+
+        Another thread's batch in flight (the workers are busy) makes this one run in this process alone.
+        """
+        if not self._lock.acquire(blocking=False):
+            return local(queries)
+        try:
+            return self._map(queries, k, local)
+        finally:
+            self._lock.release()
+
+    def _map(self, queries: Sequence[str], k: int, local: Callable[[Sequence[str]], list[list[Hit]]]
+             ) -> list[list[Hit]]:
+        workers = list(self._workers)
+        size = -(-len(queries) // (len(workers) + 1))
+        chunks = [queries[start : start + size] for start in range(0, len(queries), size)]
+        shares: list[tuple[_Worker | None, Sequence[str]]] = []
+        for worker, chunk in zip(workers, chunks[1:], strict=False):  # fewer chunks than workers: some idle
+            try:
+                worker.wait_ready()
+                _write_frame(worker.process.stdin, ("search", list(chunk), k))
+            except (OSError, EOFError, RetrievalError) as error:
+                self._drop(worker, error)
+                worker = None
+            shares.append((worker, chunk))
+        pending = [worker for worker, _ in shares if worker is not None]
+        try:
+            results = local(chunks[0])
+        except Exception:
+            self._collect(pending)  # the answers must be read, or the next batch would get them
+            raise
+        except BaseException:  # Ctrl-C: no time to drain; those workers are out of step for good
+            for worker in pending:
+                self._drop(worker, RuntimeError("interrupted while it searched"))
+            raise
+        answers = self._collect(pending)
+        failure: BaseException | None = None
+        for worker, chunk in shares:
+            answer = answers.get(id(worker)) if worker is not None else None
+            if answer is None:
+                results.extend(local(chunk))
+            elif answer[0] == "ok":
+                results.extend(answer[1])
+            else:
+                failure = failure or answer[1]
+        if failure is not None:
+            raise failure
+        return results
+
+    def _collect(self, pending: list[_Worker]) -> dict[int, tuple[str, Any]]:
+        """Each pending worker's answer, by ``id``; a worker that died instead is dropped (no answer)."""
+        answers = {}
+        for worker in pending:
+            try:
+                answers[id(worker)] = _read_frame(worker.process.stdout)
+            except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError) as error:
+                self._drop(worker, error)
+        return answers
+
+    def _drop(self, worker: _Worker, error: BaseException) -> None:
+        code = worker.process.poll()
+        state = "stopped answering" if code is None else f"exited with status {code}"
+        logger.warning("search worker %d %s (%s); its share of each batch now runs in this process",
+                       worker.process.pid, state, error)
+        if worker in self._workers:
+            self._workers.remove(worker)
+        worker.stop()
+
+    def close(self) -> None:
+        """Stop the workers; idempotent."""
+        self._finalizer()
+
+
+def _serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
+    try:
+        opener = _read_frame(stdin)
+    except EOFError:
+        return 0
+    try:
+        retriever = opener()
+    except Exception as error:  # noqa: BLE001 - reported to the parent, which raises it
+        _write_frame(stdout, ("error", RetrievalError(f"a search worker could not open the index: {error!r}")))
+        return 1
+    _write_frame(stdout, ("ready", None))
+    while True:
+        try:
+            request = _read_frame(stdin)
+        except EOFError:  # the parent closed the retriever, or died
+            return 0
+        _, queries, k = request
+        try:
+            answer = ("ok", retriever.search(queries, k))
+        except Exception as error:  # noqa: BLE001 - the parent raises it
+            answer = ("error", error)
+        try:
+            _write_frame(stdout, answer)
+        except (pickle.PicklingError, TypeError, AttributeError) as error:
+            _write_frame(stdout, ("error", RetrievalError(f"a search worker's answer does not pickle: {error!r}")))
+
+
+def main() -> int:
+    """A worker's loop: the parent's pipes are its stdin and stdout; prints go to stderr."""
+    stdin = os.fdopen(os.dup(0), "rb")
+    stdout = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print must not corrupt the answers
+    sys.stdout = sys.stderr
+    return _serve(stdin, stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
