@@ -90,6 +90,11 @@ RECIPES = {
         Variant("gigpo_lr5e-5_kl0.3", "GiGPO, lr 5e-5, KL 0.3 to the warm start, dynamic sampling, balanced by hops",
                 "gigpo", flags=("--dynamic-sampling", "--balance-by", "hops", "--lr", "5e-5", "--kl-coef", "0.3",
                                 "--kl-reference", WARM)),
+        # the PPO arm beside the GRPO recipe that moved the decision: the same step and KL anchor, the
+        # critic a LoRA adapter and value head on the policy's weights
+        Variant("ppo_lr5e-5_kl0.3", "PPO, lr 5e-5, KL 0.3 to the warm start, LoRA critic", "ppo",
+                flags=("--critic", "lora", "--critic-lr", "1e-4", "--lr", "5e-5", "--kl-coef", "0.3",
+                       "--kl-reference", WARM)),
         Variant("reinforce_pp", "REINFORCE++", "reinforce_pp"),
         Variant("rloo", "RLOO", "rloo"),
         Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", flags=("--no-use-loss-mask",),
@@ -117,7 +122,7 @@ def chosen_warm_start(args: argparse.Namespace) -> tuple[str, Path]:
     chosen = sweep_choice(args)
     if chosen is None:
         raise SystemExit("the warm-start sweep has not chosen yet: run experiments/warmstart_sweep.py to the end, "
-                         "or pass --warm ADAPTER_DIR")
+                         "or pass --warm DIR, a warm start of the sweep (a folder named warmNN or sweep-e3-warmNN)")
     committed = CHECKPOINTS / sweep_run_name(args.sweep_epochs, chosen)
     for candidate in (Path(args.sweep_out) / warm_name(chosen), committed):
         if (candidate / "adapter_config.json").is_file():

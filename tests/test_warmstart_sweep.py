@@ -107,6 +107,11 @@ def test_a_recipe_flag_overrides_the_campaign_setting_it_repeats(tmp_path: Path)
     assert anchored[anchored.index("--kl-reference") + 1] == str(tmp_path / "warm75")
     assert [anchored[i + 1] for i, flag in enumerate(anchored) if flag == "--kl-coef"][-1] == "0.1"
     assert plain[0] == sys.executable and plain[plain.index("--backend") + 1] == "transformers"
+    ppo = rl_campaign.train_command(args, tmp_path / "rl-committed", rl_campaign.RECIPES["ppo_lr5e-5_kl0.3"], 0, 5,
+                                    tmp_path, warm=tmp_path / "warm75")
+    assert ppo[ppo.index("--algo") + 1] == "ppo" and ppo[ppo.index("--critic") + 1] == "lora"
+    assert ppo[ppo.index("--kl-reference") + 1] == str(tmp_path / "warm75")
+    assert [ppo[i + 1] for i, flag in enumerate(ppo) if flag == "--lr"][-1] == "5e-5"
 
 
 def test_a_campaign_on_vllm_runs_its_train_processes_in_the_vllm_venv(tmp_path: Path) -> None:
