@@ -35,7 +35,8 @@ Corpora (indexes are built once and cached under ``--cache-dir``; a killed run r
 
 Writes ``benchmarks/results/retrieval.json``: one record per corpus, backend and CPU count (``corpus``,
 ``docs``, ``backend``, ``cpus``, ``repeats``, ``ratio_median``, ``ratio_min``, ``ratio_max``, ``overlap``,
-``memory_ratio``, ``p50_ms``/``p99_ms`` of single queries, ``build_s``, ``index_mb`` and the raw figures).
+``memory_ratio`` (peak RSS; several processes' summed), ``memory_ratio_pss`` (proportional set size: shared index
+pages counted once), ``p50_ms``/``p99_ms`` of single queries, ``build_s``, ``index_mb`` and the raw figures).
 """
 
 from __future__ import annotations
@@ -463,6 +464,7 @@ def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -
     peer_runs = runs.get(PEER, [])
     reference = next((r["results"] for r in peer_runs if "results" in r), None)
     peer_rss = statistics.median([r["peak_rss_mb"] for r in peer_runs if "peak_rss_mb" in r] or [float("nan")])
+    peer_pss = statistics.median([r["pss_mb"] for r in peer_runs if "pss_mb" in r] or [float("nan")])
     for backend in live:
         good = [r for r in runs[backend] if "error" not in r]
         if not good:
@@ -471,6 +473,7 @@ def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -
                   if "error" not in ours and "error" not in theirs]
         results = good[0]["results"]
         peak_rss = statistics.median(r["peak_rss_mb"] for r in good)
+        pss = statistics.median(r.get("pss_mb", float("nan")) for r in good)
         records.append({
             "corpus": name,
             "docs": docs,
@@ -484,6 +487,8 @@ def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -
             "overlap": _overlap(results, reference) if reference else None,
             "overlap_above_ties": _overlap(results, reference, above_ties=True) if reference else None,
             "memory_ratio": peak_rss / peer_rss if peer_rss == peer_rss else None,
+            # the RAM the processes hold together, shared index pages once: the fair measure for several processes
+            "memory_ratio_pss": pss / peer_pss if pss == pss and peer_pss == peer_pss else None,
             "qps_median": statistics.median(r["qps"] for r in good),
             "qps_runs": [round(r["qps"], 1) for r in good],
             "p50_ms": statistics.median(r["p50_ms"] for r in good),
@@ -497,7 +502,7 @@ def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -
             "peak_rss_mb": peak_rss,
             "anon_mb": statistics.median(r.get("anon_mb", float("nan")) for r in good),
             "file_mb": statistics.median(r.get("file_mb", float("nan")) for r in good),
-            "pss_mb": statistics.median(r.get("pss_mb", float("nan")) for r in good),
+            "pss_mb": pss,
             "processes": good[0].get("processes", 1),
             "recall_at_10": _recall(results, queries),
             "threads": args.threads,
@@ -520,7 +525,7 @@ def _table(name: str, docs: int, queries: int, records: list[dict], load_start: 
         f"load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end",
         "",
         "| backend | batch q/s (median) | vs Pyserini: median [min, max] | p50 ms | p99 ms | 1st query ms "
-        "| open s | build s | index MB | peak RSS MB (anon + file) | PSS MB | RSS vs Pyserini "
+        "| open s | build s | index MB | peak RSS MB (anon + file) | PSS MB | RSS (PSS) vs Pyserini "
         "| top-10 overlap (above ties) | recall@10 |",
         "|---|" + "---:|" * 13,
     ]
@@ -532,7 +537,7 @@ def _table(name: str, docs: int, queries: int, records: list[dict], load_start: 
             f"| {_fmt(r['p99_ms'], 2)} | {_fmt(r['first_query_ms'])} | {_fmt(r['open_s'], 2)} "
             f"| {_fmt(r['build_s'])} | {_fmt(r['index_mb'])} "
             f"| {_fmt(r['peak_rss_mb'], 0)} ({_fmt(r['anon_mb'], 0)} + {_fmt(r['file_mb'], 0)}) "
-            f"| {_fmt(r.get('pss_mb'), 0)} | {_fmt(r['memory_ratio'], 2)}x "
+            f"| {_fmt(r.get('pss_mb'), 0)} | {_fmt(r['memory_ratio'], 2)}x ({_fmt(r.get('memory_ratio_pss'), 2)}x) "
             f"| {_fmt(r['overlap'], 3)} ({_fmt(r['overlap_above_ties'], 3)}) "
             f"| {_fmt(r['recall_at_10'], 3)} |"
         )
