@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -262,6 +263,20 @@ def test_large_batch_of_very_different_prompt_lengths_matches_a_forward_pass(tin
     prompts = [[rng.randrange(10, 500) for _ in range(length)] for length in range(2, 302, 7)]
     generations = TransformersBackend(model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=5, seed=3))
     _assert_logprobs_match_forward_passes(model, prompts, generations)
+
+
+def test_bf16_decoding_over_the_whole_cache_matches_a_bf16_forward_pass(tiny_model):
+    # Decode attention reads every column of the preallocated cache (the unused ones and the padding masked),
+    # where bf16 matmuls are fast: rows of very different lengths, some stopping early, must not see them.
+    model, tokenizer = tiny_model
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    rng = random.Random(11)
+    prompts = [[rng.randrange(10, 500) for _ in range(length)] for length in (3, 40, 7, 120, 64, 2, 90, 15)]
+    generations = TransformersBackend(half, tokenizer).generate(prompts, SamplingParams(max_new_tokens=12, seed=4))
+    assert TransformersBackend(half, tokenizer).uses_fast_path
+    for prompt, generation in zip(prompts, generations, strict=True):
+        expected = _forward_logprobs(half, prompt, generation.token_ids)
+        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=0.05), (len(prompt), generation)
 
 
 def test_sampler_draws_tokens_with_the_temperature_scaled_probabilities():
