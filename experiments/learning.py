@@ -451,8 +451,11 @@ def plot_curves(out: Path, records: Sequence[dict[str, Any]], warm: dict[str, An
                              ("entropy_curve", axes[2], "entropy (model tokens)")):
         by_variant: dict[str, list[dict[int, float]]] = {}
         for record in records:
-            if key in record:  # the sweep's SFT records (algorithm "sft") have no training curve
-                by_variant.setdefault(record["run"].rsplit("-s", 1)[0], []).append(dict(record[key]))
+            variant = record["run"].rsplit("-s", 1)[0]
+            # this study's variants only: learning.json also holds the real model's runs (rl_campaign.py plots
+            # those), and the sweep's SFT records (algorithm "sft") have no training curve
+            if key in record and variant in VARIANTS:
+                by_variant.setdefault(variant, []).append(dict(record[key]))
         for index, (name, curves) in enumerate(by_variant.items()):
             steps = sorted(set.intersection(*(set(curve) for curve in curves)))
             if not steps:
