@@ -69,6 +69,19 @@ def test_a_killed_worker_costs_speed_not_answers(index_dir, caplog: pytest.LogCa
         assert three.search(QUERIES, k=5) == expected  # and every later batch
 
 
+def test_a_hung_worker_is_stopped_after_the_answer_timeout(index_dir, caplog: pytest.LogCaptureFixture) -> None:
+    with ImpactBM25.open(index_dir, threads=1) as one, ImpactBM25.open(index_dir, threads=1, processes=2) as two:
+        expected = one.search(QUERIES, k=5)
+        assert two.search(QUERIES, k=5) == expected
+        hung = two._workers._workers[0].process
+        os.kill(hung.pid, signal.SIGSTOP)  # alive, never answering: the search must not freeze with it
+        two._workers.answer_timeout = 0.5
+        with caplog.at_level(logging.WARNING, logger="agent_gym.retrieval_index.search_processes"):
+            assert two.search(QUERIES, k=5) == expected
+        assert two._workers.alive == 0 and hung.poll() is not None
+        assert f"search worker {hung.pid}" in caplog.text and "no answer within 0.5 s" in caplog.text
+
+
 def test_a_workers_error_is_raised_here_and_leaves_it_in_step(index_dir) -> None:
     with ImpactBM25.open(index_dir, threads=1) as one:
         workers = SearchProcesses(functools.partial(ImpactBM25.open, str(index_dir), threads=1), 2)

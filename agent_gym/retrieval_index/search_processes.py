@@ -7,8 +7,9 @@ a search (profiled on the Wikipedia-like 10^5 corpus, 2026-11-28). A worker is a
 is then shared through the page cache, not copied. Requests and answers cross its stdin and stdout as pickles
 (only this process writes to it, so nothing untrusted is unpickled).
 
-A worker that dies (killed, out of memory) costs speed, not answers: its share of a batch and of every later
-batch runs in this process, with one warning. A worker exits when this process closes the retriever or dies
+A worker that dies (killed, out of memory) or hangs (no answer within ``answer_timeout`` seconds) costs speed,
+not answers: it is stopped, and its share of a batch and of every later batch runs in this process, with one
+warning. A worker exits when this process closes the retriever or dies
 (its stdin reaches EOF).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import select
 import struct
 import subprocess
 import sys
@@ -33,8 +35,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["SearchProcesses"]
 
 _HEADER = struct.Struct("<Q")
-# Spawning a worker and waiting for it to open its index: a 10^6-document impact index opens in about 1 s.
-_READY_TIMEOUT_S = 120.0
 
 
 def _write_frame(stream: BinaryIO, value: Any) -> None:
@@ -43,7 +43,12 @@ def _write_frame(stream: BinaryIO, value: Any) -> None:
     stream.flush()
 
 
-def _read_frame(stream: BinaryIO) -> Any:
+def _read_frame(stream: BinaryIO, timeout: float | None = None) -> Any:
+    """The next frame; ``TimeoutError`` if none starts within ``timeout`` seconds (a worker that hangs)."""
+    # A worker writes one frame per request, so nothing is left buffered between frames and select on the pipe
+    # tells whether the next one has begun.
+    if timeout is not None and not select.select([stream], [], [], timeout)[0]:
+        raise TimeoutError(f"no answer within {timeout:g} s")
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:
         raise EOFError("the stream ended")
@@ -65,15 +70,17 @@ class _Worker:
         self.ready = False
         _write_frame(self.process.stdin, opener)
 
-    def wait_ready(self) -> None:
+    def wait_ready(self, timeout: float) -> None:
         if self.ready:
             return
-        status, value = _read_frame(self.process.stdout)
+        status, value = _read_frame(self.process.stdout, timeout)
         if status != "ready":
             raise value
         self.ready = True
 
-    def stop(self) -> None:
+    def stop(self, kill: bool = False) -> None:
+        if kill:  # a hung worker reads no EOF
+            self.process.kill()
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()
@@ -99,15 +106,18 @@ class SearchProcesses:
         opener: a picklable callable (a module-level function or a :func:`functools.partial` of one) that
             returns a retriever; each worker calls it once.
         processes: how many processes share a batch, this one included (>= 2).
+        answer_timeout: seconds a worker may take to answer its share (or to open the index, at its first
+            batch) before it counts as hung.
     """
 
-    def __init__(self, opener: Callable[[], Any], processes: int) -> None:
+    def __init__(self, opener: Callable[[], Any], processes: int, answer_timeout: float = 120.0) -> None:
         if not isinstance(processes, int) or processes < 2:
             raise InvalidValue(f"SearchProcesses needs processes >= 2, got {processes!r}")
         try:
             pickle.dumps(opener)
         except Exception as error:  # noqa: BLE001 - pickling fails in many ways
             raise InvalidValue(f"the worker's opener must be picklable ({error})") from None
+        self.answer_timeout = answer_timeout
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)
@@ -145,9 +155,9 @@ class SearchProcesses:
         shares: list[tuple[_Worker | None, Sequence[str]]] = []
         for worker, chunk in zip(workers, chunks[1:], strict=False):  # fewer chunks than workers: some idle
             try:
-                worker.wait_ready()
+                worker.wait_ready(self.answer_timeout)
                 _write_frame(worker.process.stdin, ("search", list(chunk), k))
-            except (OSError, EOFError, RetrievalError) as error:
+            except (OSError, EOFError, TimeoutError, RetrievalError) as error:
                 self._drop(worker, error)
                 worker = None
             shares.append((worker, chunk))
@@ -180,8 +190,8 @@ class SearchProcesses:
         answers = {}
         for worker in pending:
             try:
-                answers[id(worker)] = _read_frame(worker.process.stdout)
-            except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError) as error:
+                answers[id(worker)] = _read_frame(worker.process.stdout, self.answer_timeout)
+            except (OSError, EOFError, TimeoutError, pickle.UnpicklingError, AttributeError, ImportError) as error:
                 self._drop(worker, error)
         return answers
 
@@ -192,7 +202,7 @@ class SearchProcesses:
                        worker.process.pid, state, error)
         if worker in self._workers:
             self._workers.remove(worker)
-        worker.stop()
+        worker.stop(kill=isinstance(error, TimeoutError))
 
     def close(self) -> None:
         """Stop the workers; idempotent."""
