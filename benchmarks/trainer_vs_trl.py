@@ -201,6 +201,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         lora_layers=args.lora_layers,
         share_prompt=args.share_prompt,
         padding_free=args.padding_free,
+        lean_activations=args.lean_activations,
         eval_every=0,
         save_every=0,
         resume="never",
@@ -417,6 +418,7 @@ def _side_command(python: str, side: str, args: argparse.Namespace, out: Path) -
         "--lora-layers", str(args.lora_layers), "--backend", backend,
         "--share-prompt" if args.share_prompt else "--no-share-prompt",
         "--padding-free" if args.padding_free else "--no-padding-free",
+        "--lean-activations" if args.lean_activations else "--no-lean-activations",
     ]  # fmt: skip
     command = [python, str(Path(__file__).resolve()), "--side", "trl" if side == "trl" else "ours",
                "--model", args.model]
@@ -470,6 +472,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lora-layers", type=int, default=0, help="LoRA on the top N layers only (0: all)")
     parser.add_argument("--share-prompt", action=argparse.BooleanOptionalAction, default=True, help="(ours)")
     parser.add_argument("--padding-free", action=argparse.BooleanOptionalAction, default=True, help="(ours)")
+    parser.add_argument("--lean-activations", action=argparse.BooleanOptionalAction, default=False,
+                        help="(ours) each MLP recomputed in the backward, lean RMSNorms: about 1 GB less")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads on each side")

@@ -2,7 +2,7 @@
 
 One micro-batch of the RL update (``--rows`` samples of one GRPO group: a shared prompt of ``--prompt`` tokens and
 ``--response`` tokens of each row's own), through `packed_logprobs` (the group's prompt once, no padding) and a
-policy-gradient-like loss, forward and backward, under the update's bf16 autocast. Four variants, interleaved
+policy-gradient-like loss, forward and backward, under the update's bf16 autocast. Five variants, interleaved
 round-robin in one process on one thread, so machine load hits each alike:
 
 - ``logits``: the model's own logits for the response positions, log-softmax and entropy over them, under plain
@@ -10,7 +10,9 @@ round-robin in one process on one thread, so machine load hits each alike:
   `trainers/head_logprobs.py`;
 - ``head``: log-probs and entropies from the hidden states in chunks (`head_logprobs`), plain autocast;
 - ``logits+cast-off`` / ``head+cast-off`` (the trainer's path): the same under `bf16_autocast`, which turns
-  peft's input cast off.
+  peft's input cast off;
+- ``head+cast-off+lean``: that path with `trainers/lean_activations.py` (`TrainConfig.lean_activations`): every
+  MLP recomputed in the backward, RMSNorms keeping their bf16 input.
 
 Every variant computes the same log-probs (to float rounding; printed). Reported per variant: the median seconds
 of a forward+backward over ``--rounds`` rounds, and the peak resident memory above the model during it; ratios
@@ -44,8 +46,9 @@ from agent_gym.models.model_init import load_model_and_tokenizer
 from agent_gym.models.precision import bf16_autocast
 from agent_gym.models.pretrained import get_model
 from agent_gym.trainers import packed_forward
+from agent_gym.trainers.lean_activations import install_lean_activations
 
-VARIANTS = ("logits", "head", "logits+cast-off", "head+cast-off")
+VARIANTS = ("logits", "head", "logits+cast-off", "head+cast-off", "head+cast-off+lean")
 
 
 class PeakMemory:
@@ -79,12 +82,14 @@ def _variant(model: torch.nn.Module, name: str) -> Iterator[None]:
     split_head = packed_forward.split_head
     if name.startswith("logits"):
         packed_forward.split_head = lambda model: None  # type: ignore[assignment]
-    autocast = bf16_autocast(model, "cpu") if name.endswith("cast-off") else torch.autocast("cpu", torch.bfloat16)
+    autocast = bf16_autocast(model, "cpu") if "cast-off" in name else torch.autocast("cpu", torch.bfloat16)
+    restore = install_lean_activations(model) if name.endswith("+lean") else (lambda: None)
     try:
         with autocast:
             yield
     finally:
         packed_forward.split_head = split_head  # type: ignore[assignment]
+        restore()
 
 
 def one_pass(model: torch.nn.Module, batch: dict[str, torch.Tensor], name: str) -> tuple[float, float, torch.Tensor]:

@@ -54,6 +54,7 @@ CURVE_WORLD = HELD_OUT  # world 7, test split
 SECOND_WORLD = {**HELD_OUT, "world_seed": 1}
 CHECKPOINTS = ROOT / "experiments" / "checkpoints"
 CURVE_EVERY, PUBLISH_EVERY = 10, 25
+HISTORY = "history_metrics.jsonl"  # in a run resumed from the repository: the committed metrics it continues
 
 WARM = "{warm}"  # in a recipe's flags: the chosen warm start's adapter directory
 
@@ -257,11 +258,28 @@ def publish_run(directory: Path, step: int, source: Path | None = None) -> Path:
     experiments/checkpoints/rl-RUN, replacing the last."""
     with _publish_lock:
         target = publish_adapter(source or directory / "final", f"rl-{directory.name}")
-        for name in ("metrics.jsonl", "curve.json"):
+        for name in ("curve.json", "final_eval.json", "devices.json"):
             if (directory / name).is_file():
                 shutil.copy(directory / name, target / name)
+        (target / "metrics.jsonl").write_text("".join(
+            json.dumps(record) + "\n" for record in run_metrics(directory)), encoding="utf-8")
         _write_json(target / "progress.json", {"step": step, "run": directory.name})
     return target
+
+
+def run_metrics(directory: Path) -> list[dict[str, Any]]:
+    """The run's metrics from its first step: for a run resumed from the repository, the committed history
+    (RUN/history_metrics.jsonl) and then this machine's steps, renumbered past its offset."""
+    def read(path: Path) -> list[dict[str, Any]]:
+        if not path.is_file():
+            return []
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    offset = json.loads((directory / "offset.json").read_text())["offset"] if (directory / "offset.json").is_file() \
+        else 0
+    history = [record for record in read(directory / HISTORY) if record.get("step", 0) <= offset]
+    own = read(directory / "metrics.jsonl")
+    return history + [{**record, "step": record.get("step", 0) + offset} for record in own]
 
 
 def repo_start(recipe: str, seed: int, tag: str = "") -> tuple[Path, int] | None:
@@ -305,6 +323,11 @@ def run_one(args: argparse.Namespace, recipe: str, seed: int, warm: Path, timing
     start, offset = warm, 0
     if args.from_repo and steps_done(directory) == 0 and (committed := repo_start(recipe, seed, args.tag)):
         start, offset = committed  # a fresh optimizer on the committed adapter; the steps count on from there
+        directory.mkdir(parents=True, exist_ok=True)
+        # the run's history so far, which each publication carries on (the train process numbers its steps from 1)
+        for name, kept in (("metrics.jsonl", HISTORY), ("curve.json", "curve.json"), ("devices.json", "devices.json")):
+            if (start / name).is_file():
+                shutil.copy(start / name, directory / kept)
         _write_json(directory / "offset.json", {"offset": offset, "adapter": str(start)})
     if (directory / "offset.json").is_file():
         saved = json.loads((directory / "offset.json").read_text())
@@ -325,7 +348,15 @@ def run_one(args: argparse.Namespace, recipe: str, seed: int, warm: Path, timing
             publish_run(directory, target)
     if args.final_eval:
         began = time.perf_counter()
-        final_eval(args, directory / "final", directory / "final_eval.json")
+        # A run resumed from the repository at its last step has no RUN/final: its committed adapter is the
+        # final one, and the measures already committed beside it are not played again.
+        final = directory / "final" if (directory / "final").is_dir() else start
+        committed_eval = CHECKPOINTS / f"rl-{label}" / "final_eval.json"
+        if not (directory / "final_eval.json").is_file() and committed_eval.is_file():
+            shutil.copy(committed_eval, directory / "final_eval.json")
+        final_eval(args, final, directory / "final_eval.json")
+        if (CHECKPOINTS / f"rl-{label}").is_dir():  # beside the committed adapter, for a machine that resumes
+            shutil.copy(directory / "final_eval.json", CHECKPOINTS / f"rl-{label}" / "final_eval.json")
         timings.record(f"final eval {label}", time.perf_counter() - began)
 
 
@@ -357,11 +388,18 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
     if not finished:
         print("no run has its final eval yet: no records, table or curves", flush=True)
         return []
-    warm_eval = final_eval(args, warm, Path(args.out) / f"{warm_label}_final_eval.json")
+    path = ROOT / "docs" / "results" / "learning.json"
+    published = json.loads(path.read_text())
+    # The warm start's measures, published with an earlier run of this campaign, are not played again on a machine
+    # that has no run directory of it (1,200 episodes).
+    warm_ems = next((r["warm_start_em"] for r in published if _same_campaign(str(r.get("run", "")), args.tag)
+                     and r.get("warm_start") == warm_label), None)
+    warm_file = Path(args.out) / f"{warm_label}_final_eval.json"
+    if warm_ems is None or warm_file.is_file():
+        warm_ems = ems(final_eval(args, warm, warm_file))
     records = []
     for recipe, seed in finished:
         directory = run_dir(args, recipe, seed)
-        path = directory / "final_eval.json"
         variant = RECIPES[recipe]
         curve = json.loads((Path(args.out) / f"{warm_label}_curve.json").read_text())
         if (directory / "curve.json").is_file():
@@ -375,18 +413,21 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
             # runs from before devices.json ran on the CPU machines only
             "devices": json.loads(devices.read_text()) if (devices := directory / "devices.json").is_file()
             else ["cpu"],
-            "warm_start_em": ems(warm_eval), "final_em": ems(json.loads(path.read_text())),
+            "warm_start_em": warm_ems, "final_em": ems(json.loads((directory / "final_eval.json").read_text())),
             "em_curve": [(int(step), point["mix_em"]) for step, point in sorted(curve.items(), key=_step)],
             "second_search_curve": {f"{h}hop": [(int(step), point[f"{h}hop"]["multihop"])
                                                 for step, point in sorted(curve.items(), key=_step)]
                                     for h in (1, 2)},
         })
-    write_table(records, warm_label, ems(warm_eval), args.tag)
-    if records:
-        plot(records, ems(warm_eval), args.tag)
-        path = ROOT / "docs" / "results" / "learning.json"
-        kept = [r for r in json.loads(path.read_text()) if not _same_campaign(str(r.get("run", "")), args.tag)]
-        _write_json(path, kept + records)
+    # Each run's record replaces that run's only: the campaign's runs finished on other machines (whose run
+    # directories are gone) keep theirs, and the table and curves show all of them.
+    runs = {record["run"] for record in records}
+    merged = [r for r in published if r.get("run") not in runs] + records
+    campaign = [r for r in merged if _same_campaign(str(r.get("run", "")), args.tag)
+                and r.get("warm_start") == warm_label]
+    write_table(campaign, warm_label, warm_ems, args.tag)
+    plot(campaign, warm_ems, args.tag)
+    _write_json(path, merged)
     return records
 
 

@@ -800,6 +800,21 @@ def test_lora_on_top_layers_trains_them_alike_and_runs_no_backward_below(tiny_mo
     assert seen and not any(seen) and logprobs.requires_grad
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True])
+def test_lean_activations_make_the_same_update(tiny_model_dir, tmp_path, lora):
+    settings = dict(lora_rank=4, lora_target_modules=["all-linear"]) if lora else {}
+    _, grads, metrics, start = _one_step_grads(tiny_model_dir, tmp_path / "own", kl_coef=0.05, **settings)
+    lean, lean_grads, lean_metrics, _ = _one_step_grads(tiny_model_dir, tmp_path / "lean", like=start, kl_coef=0.05,
+                                                        lean_activations=True, **settings)
+    assert any("forward" in module.__dict__ for module in lean.model.modules())  # installed on the trained model
+    assert lean_grads.keys() == grads.keys() and grads
+    for name, grad in grads.items():
+        torch.testing.assert_close(lean_grads[name], grad, rtol=1e-4, atol=1e-6)
+    for key in (m.POLICY_LOSS, m.KL_REF, m.GRAD_NORM, m.SAMPLER_LOGPROB_DIFF, m.UPDATE_TOKENS):
+        assert lean_metrics[key] == pytest.approx(metrics[key], rel=1e-4, abs=1e-6)
+
+
 def test_lora_layers_needs_lora():
     from agent_gym.trainers.config import ConfigError, TrainConfig
 

@@ -281,3 +281,94 @@ def test_rl_campaign_names_every_device_a_run_trained_on_once(tmp_path: Path, mo
     rl_campaign.note_device(tmp_path)  # resumed on a GPU machine
     assert json.loads((tmp_path / "devices.json").read_text()) == [
         "cpu: Intel(R) Xeon(R) Processor", "cuda: NVIDIA H100 80GB HBM3"]
+
+
+def test_a_run_resumed_from_the_repository_at_its_last_step_evaluates_the_committed_adapter(
+        tmp_path: Path, monkeypatch) -> None:
+    import argparse
+
+    import rl_campaign
+
+    checkpoints = tmp_path / "checkpoints"
+    committed = checkpoints / "rl-grpo-s0"
+    committed.mkdir(parents=True)
+    (committed / "progress.json").write_text(json.dumps({"step": 50, "run": "grpo-s0"}))
+    (committed / "final_eval.json").write_text(json.dumps({"greedy_1hop": {"em": 0.5}}))  # measured elsewhere
+    monkeypatch.setattr(rl_campaign, "CHECKPOINTS", checkpoints)
+    monkeypatch.setattr(rl_campaign, "_run", lambda *a, **k: pytest.fail("a finished run trains no further"))
+    measured: list[tuple[Path, str]] = []
+
+    def measure(adapter, env_kwargs, questions, temperature, seed):
+        measured.append((adapter, env_kwargs["hops"]))
+        return {"em": 1.0}
+
+    monkeypatch.setattr(rl_campaign, "measure_adapter", measure)
+    args = argparse.Namespace(out=str(tmp_path / "runs"), tag="", steps=50, chunk=5, from_repo=True,
+                              final_eval=True, eval_questions=4)
+    rl_campaign.run_one(args, "grpo", 0, tmp_path / "warm", rl_campaign.Timings(tmp_path))
+
+    assert measured and {adapter for adapter, _ in measured} == {committed}
+    assert len(measured) == len(rl_campaign.FINAL_MEASURES) - 1  # the committed measure is not played again
+    result = json.loads((committed / "final_eval.json").read_text())  # back beside the adapter, complete
+    assert result["greedy_1hop"] == {"em": 0.5} and set(result) == set(rl_campaign.FINAL_MEASURES)
+
+
+def test_the_campaign_summary_replaces_only_the_runs_it_has_and_reuses_the_published_warm_measures(
+        tmp_path: Path, monkeypatch) -> None:
+    import argparse
+
+    import rl_campaign
+
+    results = tmp_path / "docs" / "results"
+    results.mkdir(parents=True)
+    warm = {"greedy": 0.7, "greedy_mix": 0.7, "greedy_1hop": 0.6, "greedy_2hop": 0.8, "sampled": 0.5,
+            "world1_greedy_mix": 0.75}
+    finished_elsewhere = {"run": "rl-grpo-e3-s0", "recipe": "grpo", "warm_start": "warm75", "final_em": warm,
+                          "warm_start_em": warm, "em_curve": [], "second_search_curve": {}}
+    other = {"run": "sweep-e3-warm5", "algorithm": "sft"}
+    (results / "learning.json").write_text(json.dumps([other, finished_elsewhere]))
+    monkeypatch.setattr(rl_campaign, "ROOT", tmp_path)
+    monkeypatch.setattr(rl_campaign, "final_eval", lambda *a: pytest.fail("the warm start is not played again"))
+    plotted: list[list[str]] = []
+    monkeypatch.setattr(rl_campaign, "plot", lambda records, *a: plotted.append([r["run"] for r in records]))
+    run = tmp_path / "runs" / "rl" / "grpo-e3-s1"
+    run.mkdir(parents=True)
+    (run / "final_eval.json").write_text(json.dumps({key: {"em": 0.9} for key in rl_campaign.FINAL_MEASURES}))
+    (tmp_path / "runs" / "warm75_curve.json").write_text(json.dumps(
+        {"0": {"mix_em": 0.7, "1hop": {"multihop": 0.4}, "2hop": {"multihop": 0.8}}}))
+    args = argparse.Namespace(out=str(tmp_path / "runs"), recipes=["grpo"], seeds=[0, 1], tag="-e3",
+                              model="m", eval_questions=200, steps=50)
+
+    records = rl_campaign.summarize(args, "warm75", tmp_path / "warm75")
+
+    assert [r["run"] for r in records] == ["rl-grpo-e3-s1"] and records[0]["warm_start_em"] == warm
+    assert records[0]["final_em"]["greedy_mix"] == pytest.approx(0.9)
+    published = json.loads((results / "learning.json").read_text())
+    assert [r["run"] for r in published] == ["sweep-e3-warm5", "rl-grpo-e3-s0", "rl-grpo-e3-s1"]
+    assert plotted == [["rl-grpo-e3-s0", "rl-grpo-e3-s1"]]
+    assert "(n=2)" in (results / "rl_table_e3.md").read_text()  # both seeds in the table
+
+
+def test_a_run_resumed_from_the_repository_publishes_its_whole_history(tmp_path: Path, monkeypatch) -> None:
+    import rl_campaign
+
+    committed = tmp_path / "checkpoints" / "rl-grpo-s0"
+    committed.mkdir(parents=True)
+    (committed / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "em": s / 10}) + "\n" for s in (1, 2)))
+    (committed / "curve.json").write_text(json.dumps({"10": {"mix_em": 0.5}}))
+    monkeypatch.setattr(rl_campaign, "CHECKPOINTS", tmp_path / "checkpoints")
+    monkeypatch.setattr(rl_campaign, "publish_adapter", lambda source, name: tmp_path / "checkpoints" / name)
+    directory = tmp_path / "runs" / "rl" / "grpo-s0"
+    # what run_one does on a machine without the run directory, then two steps trained here
+    (directory).mkdir(parents=True)
+    for name, kept in (("metrics.jsonl", rl_campaign.HISTORY), ("curve.json", "curve.json")):
+        (directory / kept).write_bytes((committed / name).read_bytes())
+    (directory / "offset.json").write_text(json.dumps({"offset": 2, "adapter": str(committed)}))
+    (directory / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "em": 1.0}) + "\n" for s in (1, 2)))
+
+    rl_campaign.publish_run(directory, 4)
+
+    published = [json.loads(line) for line in (committed / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in published] == [1, 2, 3, 4] and [r["em"] for r in published] == [0.1, 0.2, 1.0, 1.0]
+    assert json.loads((committed / "curve.json").read_text()) == {"10": {"mix_em": 0.5}}
+    assert json.loads((committed / "progress.json").read_text())["step"] == 4

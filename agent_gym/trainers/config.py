@@ -296,6 +296,14 @@ class TrainConfig:
         default=False,
         metadata=_help("Recompute activations in backward to save memory (for 3B models on one GPU)."),
     )
+    lean_activations: bool = field(
+        default=False,
+        metadata=_help(
+            "Keep less for the update's backward: every decoder MLP recomputed from its input, and RMSNorms that "
+            "keep their input in the model's precision (trainers/lean_activations.py). Unlike "
+            "gradient_checkpointing it keeps the group's shared prompt computed once."
+        ),
+    )
 
     # --- LoRA (peft) ---
     lora_rank: int = field(default=0, metadata=_help("LoRA rank; 0 trains all weights."))
@@ -521,10 +529,11 @@ class TrainConfig:
             )
         if not 0 <= self.gigpo_gamma <= 1:
             raise ConfigError(f"gigpo_gamma must be in [0, 1], got {self.gigpo_gamma}")
-        if self.critic == "lora" and self.gradient_checkpointing and estimator.needs_critic:
+        if self.critic == "lora" and (self.gradient_checkpointing or self.lean_activations) and estimator.needs_critic:
+            option = "gradient_checkpointing" if self.gradient_checkpointing else "lean_activations"
             raise ConfigError(
-                "critic=lora shares the policy's layers, which gradient checkpointing would recompute without the "
-                "critic's adapters; use critic=full, or drop gradient_checkpointing"
+                f"critic=lora shares the policy's layers, which {option} would recompute without the critic's "
+                f"adapters; use critic=full, or drop {option}"
             )
         if not self.kl_reference.strip():
             raise ConfigError("kl_reference must be base, start or a LoRA adapter directory, got ''")

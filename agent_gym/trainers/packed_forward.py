@@ -63,7 +63,10 @@ def _base_forward(model: torch.nn.Module) -> inspect.Signature:
 def _can_share(model: torch.nn.Module) -> bool:
     """A prefix cache needs ``use_cache``, which HF turns off under gradient checkpointing in training."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return not (model.training and getattr(base, "is_gradient_checkpointing", False))
+    # transformers 5.x renamed the flag (the old name warns); either means the layers are checkpointed
+    flag = "is_activation_checkpointing" if hasattr(type(base), "is_activation_checkpointing") else \
+        "is_gradient_checkpointing"
+    return not (model.training and getattr(base, flag, False))
 
 
 def _cache_keyword(model: torch.nn.Module) -> str:

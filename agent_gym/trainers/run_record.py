@@ -63,6 +63,7 @@ MAY_CHANGE_ON_RESUME: dict[str, str] = {
     "backend": "which engine samples the same policy (transformers or vLLM; other random streams)",
     "micro_batch_size": "gradient accumulation: memory only",
     "gradient_checkpointing": "memory only",
+    "lean_activations": "memory only",
     "share_prompt": "speed only",
     "padding_free": "speed only",
     "env_workers": "where the envs run",

@@ -69,6 +69,7 @@ from agent_gym.trainers.kind_balance import (
     row_loss_weights,
     task_kinds,
 )
+from agent_gym.trainers.lean_activations import install_lean_activations
 from agent_gym.trainers.losses import (
     aggregate,
     aggregation_normalizer,
@@ -197,6 +198,8 @@ class Trainer:
             # On the policy as it trains (its adapter included), built after every copy of the model above, so
             # no copy carries the critic's hooks.
             self.critic = critic_from_policy(self.model, "lora", config.critic_lora_rank).to(self.device)
+        if config.lean_activations:  # on the trained model only: every copy above samples or scores without grad
+            install_lean_activations(self.model)
 
         optimizer_steps = max(1, config.total_steps * config.ppo_epochs * config.num_mini_batches)
         schedule = lr_lambda(warmup_steps=config.warmup_steps, total_steps=optimizer_steps, decay=config.lr_schedule)
