@@ -52,8 +52,10 @@ def test_sft_with_gradient_checkpointing_makes_the_same_updates(tiny_model) -> N
         lora_model = prepare_sft_model(copy.deepcopy(model), config)
         split_head(lora_model)  # checked once per model (two short forwards), before the counted training
         calls = []
-        layer = lora_model.base_model.model.model.layers[0]
-        layer.register_forward_pre_hook(lambda *_, calls=calls: calls.append(1))  # a recompute may stop early
+        # the layer's MLP, not the layer: transformers >= 5.24 recomputes a layer's forward, not its __call__ (whose
+        # hooks would then fire once), and the submodules it calls run through their hooks either way
+        mlp = lora_model.base_model.model.model.layers[0].mlp
+        mlp.register_forward_pre_hook(lambda *_, calls=calls: calls.append(1))
         runs[checkpointing] = (train_sft(lora_model, tokenizer, examples, config), lora_model)
         forwards[checkpointing] = len(calls)
     (plain, _), (recomputed, recomputed_model) = runs[False], runs[True]

@@ -140,7 +140,9 @@ def test_lean_activations_leave_no_grad_passes_and_the_state_dict_alone():
 
 
 def test_an_architecture_without_known_norms_or_mlps_is_a_clear_error():
-    with pytest.raises(ValueError, match="neither"):
+    from agent_gym.error import InvalidValue
+
+    with pytest.raises(InvalidValue, match="neither"):
         install_lean_activations(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4)))
 
 

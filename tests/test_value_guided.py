@@ -109,4 +109,6 @@ def test_turn_values_read_the_value_at_each_sequences_last_token(model_dir) -> N
     critic = ValueModel.from_policy(model).eval()
     torch.nn.init.normal_(critic.value_head.weight)
     full = critic(torch.tensor([[5, 6, 7, 8, 9]]))[0]
-    assert critic.turn_values([[5, 6, 7], [5, 6, 7, 8, 9]]) == pytest.approx([float(full[2]), float(full[4])])
+    # two forwards of different shapes: equal to fp32 rounding (a few 1e-6 on values near 1), not bit for bit
+    assert critic.turn_values([[5, 6, 7], [5, 6, 7, 8, 9]]) == pytest.approx([float(full[2]), float(full[4])],
+                                                                               rel=1e-5, abs=1e-5)

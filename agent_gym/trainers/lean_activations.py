@@ -28,6 +28,8 @@ from collections.abc import Callable
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from agent_gym.error import InvalidValue
+
 __all__ = ["LEAN_NORMS", "install_lean_activations"]
 
 # HF RMSNorm classes whose forward is exactly the formula above (Gemma's adds 1 to its weight: not here).
@@ -81,11 +83,11 @@ def install_lean_activations(model: torch.nn.Module) -> Callable[[], None]:
     """Recompute every decoder MLP in the backward and swap every known RMSNorm for the lean one (instance forwards,
     so parameters, state-dict keys and saved adapters are unchanged). Returns a function that restores them.
 
-    Raises ``ValueError`` if the model has neither (an architecture this does not know)."""
+    Raises ``InvalidValue`` if the model has neither (an architecture this does not know)."""
     norms = [module for module in model.modules() if type(module).__name__ in LEAN_NORMS]
     mlps = _decoder_mlps(model)
     if not norms and not mlps:
-        raise ValueError(
+        raise InvalidValue(
             f"lean activations know decoder MLPs named `mlp` and the RMSNorms {sorted(LEAN_NORMS)}; "
             f"{type(model).__name__} has neither"
         )
