@@ -9,15 +9,17 @@ memory is the update's. Here:
 - **MLP recompute**: each decoder layer's MLP runs under non-reentrant ``torch.utils.checkpoint``, so the backward
   keeps only its input and runs its three projections again. With a frozen base the backward computes no weight
   gradients, so this adds about a third to the update's matmul work (two thirds of a layer's forward FLOPs are its
-  MLP's). Attention is left alone: its keys and values are what the group's shared prompt passes to every sample
+  MLP's); measured on SmolLM2 (AMD EPYC, one thread), 1.0 GB less at 0.92x the update's speed.
+  Attention is left alone: its keys and values are what the group's shared prompt passes to every sample
   (packed_forward.py).
-- **Lean RMSNorm**: the same function as HF's Llama / Qwen2 / Mistral RMSNorm, ``w * (x * rsqrt(mean(x^2) +
+- **Lean RMSNorm**: the same function as HF's Llama / Qwen2 / Qwen3 / Mistral RMSNorm, ``w * (x * rsqrt(mean(x^2) +
   eps)).to(x.dtype)`` computed in fp32, but its backward keeps ``x`` as it came (bf16) and ``rsqrt`` ([T, 1])
   instead of an fp32 copy of ``x``; the gradient, ``rstd * (g - y * mean(g * y))`` with ``y = x * rstd`` and
   ``g`` the gradient reaching the fp32 normalized value, is HF's to float rounding.
 
-Both apply only where autograd records (the update); rollouts and evals run without grad and are untouched.
-``install`` returns a function that restores the model's own forwards.
+Both apply only where autograd records (the update; the MLP recompute in training mode too); rollouts and evals
+run without grad and are untouched. ``install_lean_activations`` returns a function that restores the model's own
+forwards.
 """
 
 from __future__ import annotations
