@@ -43,6 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agent_gym.jsonl import iter_jsonl
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning import ENV_ID, ROOT, Timings, Variant, _agent_gym, _run, fresh_flags  # noqa: E402
 from real_model import MAX_NEW_TOKENS, MODEL, TRAIN_ENV, publish_adapter  # noqa: E402
@@ -273,7 +275,7 @@ def run_metrics(directory: Path) -> list[dict[str, Any]]:
     def read(path: Path) -> list[dict[str, Any]]:
         if not path.is_file():
             return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [record for _, record in iter_jsonl(path.read_text(encoding="utf-8").splitlines(), path)]
 
     offset = json.loads((directory / "offset.json").read_text())["offset"] if (directory / "offset.json").is_file() \
         else 0
