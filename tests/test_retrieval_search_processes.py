@@ -131,3 +131,32 @@ def test_processes_need_an_index_and_documents_on_disk(index_dir) -> None:
         ImpactBM25.open(index_dir, processes=0)
     with pytest.raises(InvalidValue, match="picklable"):
         SearchProcesses(lambda: None, 2)
+
+
+def _worker_share(opener, queries: list[str], monkeypatch: pytest.MonkeyPatch) -> list[list[bool]]:
+    """The answers of one worker to the second half of ``queries`` (this process takes the first)."""
+    monkeypatch.setenv("PYTHONPATH", os.path.dirname(__file__))  # the worker imports support.search_worker_probe
+    workers = SearchProcesses(opener, 2)
+    try:
+        answers = workers.map(queries, 1, lambda chunk: [[None] for _ in chunk])
+        assert workers.alive == 1
+    finally:
+        workers.close()
+    return answers[len(queries) // 2 :]
+
+
+MODULES = ["gymnasium", "agent_gym.env", "tqdm.auto", "agent_gym.retrieval_index.engines.impact_bm25"]
+
+
+def test_a_worker_loads_only_what_search_needs(index_dir, monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.search_worker_probe import AfterASearch
+
+    # The package's __init__ (every environment, gymnasium, asyncio) stays unrun in a worker of the impact engine.
+    opener = functools.partial(AfterASearch, str(index_dir))
+    assert _worker_share(opener, MODULES * 2, monkeypatch) == [[False], [False], [False], [True]]
+
+
+def test_a_worker_whose_opener_reads_the_package_gets_all_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.search_worker_probe import PackageVersion
+
+    assert _worker_share(PackageVersion, MODULES[:2] * 2, monkeypatch) == [[True], [True]]

@@ -47,7 +47,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from agent_gym.cache_root import cache_root
 from agent_gym.error import InvalidValue
@@ -450,6 +449,8 @@ class ImpactBM25(Retriever):
         docs: Iterable[Document], k1: float, b: float, stemmer: str, show_progress: bool, block: int = BLOCK
     ) -> tuple[dict[str, np.ndarray], Vocabulary, int]:
         """Arrays of the index, its vocabulary, and the document count."""
+        from tqdm.auto import tqdm  # here, not at the top: a search worker never builds (tqdm.auto is 4 MB)
+
         analyzer = EnglishAnalyzer(stemmer, standard_tokens=True)
         first_seen: dict[str, int] = {}
         token_ids = array("i")
