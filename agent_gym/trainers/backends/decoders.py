@@ -7,7 +7,8 @@ row's last prompt token, `step(tokens)` feeds one sampled token per live row and
 - `FastDecoder` (Qwen2 / Llama family): a functional decoder that reads the model's own parameter tensors (so
   there is nothing to sync after an optimizer step), with a preallocated KV cache; prompts encoded in
   length-sorted groups, each as wide as its longest prompt; decode attention as two matmuls over the whole
-  (packed) cache, unused columns masked; and `export` of a row's KV for the backend's prefix cache.
+  (packed) cache, unused columns masked; its linears through prepacked weights on a CPU where given
+  (`packed_linear.py`); and `export` of a row's KV for the backend's prefix cache.
 - `ModelForwardDecoder`: any other model (or a PEFT-wrapped one), through its own forward and a
   `DynamicCache`.
 """
@@ -20,6 +21,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from agent_gym.trainers.backends.packed_linear import PackedLinears
 
 __all__ = ["CachedPrefix", "FastDecoder", "ModelForwardDecoder"]
 
@@ -48,9 +51,12 @@ class CachedPrefix:
 class FastDecoder:
     """Functional Qwen2/Llama decoder over the model's parameters with a preallocated KV cache."""
 
-    def __init__(self, model: Any, batch_size: int, max_length: int, device: torch.device) -> None:
+    def __init__(
+        self, model: Any, batch_size: int, max_length: int, device: torch.device, linears: PackedLinears | None = None
+    ) -> None:
         config = model.config
         self.model = model
+        self._linear = linears.linear if linears is not None else F.linear
         self.decoder = model.model
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -78,13 +84,22 @@ class FastDecoder:
             return False
         if not hasattr(decoder, "rotary_emb") or not hasattr(decoder, "layers"):
             return False
+        # Exactly nn.Linear: LoRA / quantised layers carry extra computation this decoder would skip.
+        return all(type(linear) is torch.nn.Linear for linear in FastDecoder._linears(model))
+
+    @staticmethod
+    def _linears(model: Any) -> list[torch.nn.Module]:
         linears = [model.lm_head]
-        for layer in decoder.layers:
+        for layer in model.model.layers:
             attention, mlp = layer.self_attn, layer.mlp
             linears += [attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj]
             linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-        # Exactly nn.Linear: LoRA / quantised layers carry extra computation this decoder would skip.
-        return all(type(linear) is torch.nn.Linear for linear in linears)
+        return linears
+
+    @staticmethod
+    def linear_weights(model: Any) -> list[torch.Tensor]:
+        """The weight of every linear layer this decoder multiplies by (what `PackedLinears` packs)."""
+        return [linear.weight for linear in FastDecoder._linears(model)]
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         variance = x.float().pow(2).mean(-1, keepdim=True)
@@ -117,9 +132,9 @@ class FastDecoder:
         for index, layer in enumerate(self.decoder.layers):
             attention = layer.self_attn
             h = self._norm(x, layer.input_layernorm.weight)
-            q = F.linear(h, attention.q_proj.weight, attention.q_proj.bias)
-            k = F.linear(h, attention.k_proj.weight, attention.k_proj.bias)
-            v = F.linear(h, attention.v_proj.weight, attention.v_proj.bias)
+            q = self._linear(h, attention.q_proj.weight, attention.q_proj.bias)
+            k = self._linear(h, attention.k_proj.weight, attention.k_proj.bias)
+            v = self._linear(h, attention.v_proj.weight, attention.v_proj.bias)
             q = self._rotate(q.view(batch, steps, self.num_heads, self.head_dim).transpose(1, 2), cos, sin)
             k = self._rotate(k.view(batch, steps, self.num_kv_heads, self.head_dim).transpose(1, 2), cos, sin)
             self.keys[index][rows, :, start:end] = k
@@ -135,14 +150,14 @@ class FastDecoder:
                     q, keys, values, attn_mask=attn_mask, enable_gqa=self.num_heads != self.num_kv_heads
                 )
             out = out.transpose(1, 2).reshape(batch, steps, self.num_heads * self.head_dim)
-            x = x + F.linear(out, attention.o_proj.weight, attention.o_proj.bias)
+            x = x + self._linear(out, attention.o_proj.weight, attention.o_proj.bias)
             h = self._norm(x, layer.post_attention_layernorm.weight)
             mlp = layer.mlp
-            gated = F.silu(F.linear(h, mlp.gate_proj.weight)) * F.linear(h, mlp.up_proj.weight)
-            x = x + F.linear(gated, mlp.down_proj.weight)
+            gated = F.silu(self._linear(h, mlp.gate_proj.weight)) * self._linear(h, mlp.up_proj.weight)
+            x = x + self._linear(gated, mlp.down_proj.weight)
         self.length = max(self.length, end)
         last = self._norm(x[:, -1], self.decoder.norm.weight)
-        return F.linear(last, self.model.lm_head.weight, self.model.lm_head.bias)
+        return self._linear(last, self.model.lm_head.weight, self.model.lm_head.bias)
 
     def _decode_attention(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, additive_mask: torch.Tensor

@@ -29,6 +29,7 @@ from agent_gym.trainers.backends.base import (
     validate_prompts,
 )
 from agent_gym.trainers.backends.decoders import CachedPrefix, FastDecoder, ModelForwardDecoder
+from agent_gym.trainers.backends.packed_linear import PackedLinears
 
 # Compact the batch once this share of its rows has finished: the copy of the KV cache then costs less
 # than running the dead rows to the end.
@@ -136,6 +137,9 @@ class TransformersBackend(GenerationBackend):
         fast_path: allow the functional decoder when the model supports it.
         prefix_cache_size: finished sequences whose KV is kept for the next turn (fast path; 0 disables).
         prefix_cache_mb: the most memory those KV copies may hold (None: no limit); the oldest go first.
+        packed_weights: on a CPU, run the fast path's linears through weights prepacked for oneDNN
+            (`packed_linear.py`), wherever those ops work for the model's dtype; remade when the weights change,
+            dropped with the prefix cache. They hold a second copy of the linear weights.
     """
 
     def __init__(
@@ -146,8 +150,10 @@ class TransformersBackend(GenerationBackend):
         fast_path: bool = True,
         prefix_cache_size: int = 256,
         prefix_cache_mb: float | None = 1024,
+        packed_weights: bool = True,
     ) -> None:
         self.model = model
+        self.packed = PackedLinears() if packed_weights else None
         max_bytes = None if prefix_cache_mb is None else int(prefix_cache_mb * 2**20)
         self.prefix_cache = _PrefixCache(prefix_cache_size, max_bytes)
         self.tokenizer = tokenizer
@@ -175,8 +181,10 @@ class TransformersBackend(GenerationBackend):
         self.release_cache()
 
     def release_cache(self) -> None:
-        """Drop every cached prefix (their episodes ended, or the weights changed)."""
+        """Drop every cached prefix (their episodes ended, or the weights changed) and the packed weights."""
         self.prefix_cache = _PrefixCache(self.prefix_cache.capacity, self.prefix_cache.max_bytes)
+        if self.packed is not None:
+            self.packed.clear()
 
     def _stop_sets(self, params: SamplingParams) -> tuple[set[int], list[str]]:
         """Stop ids, and the stop strings that need a text check (see `split_stop_strings`)."""
@@ -190,6 +198,8 @@ class TransformersBackend(GenerationBackend):
         seed = params.seed
         generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
         self.prefix_cache.validate(self.model)
+        if self.packed is not None and self.uses_fast_path:
+            self.packed.refresh(FastDecoder.linear_weights(self.model))
         stop_ids, multi_token_stops = self._stop_sets(params)
         order = sorted(range(len(prompts)), key=lambda index: len(prompts[index]))
         results: list[Generation | None] = [None] * len(prompts)
@@ -221,7 +231,9 @@ class TransformersBackend(GenerationBackend):
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         batch = len(prompts)
         if self.uses_fast_path:
-            decoder: Any = FastDecoder(self.model, batch, input_ids.shape[1] + params.max_new_tokens, device)
+            decoder: Any = FastDecoder(
+                self.model, batch, input_ids.shape[1] + params.max_new_tokens, device, self.packed
+            )
         else:
             decoder = ModelForwardDecoder(self.model, self.pad_id)
         use_cache = isinstance(decoder, FastDecoder) and self.prefix_cache.capacity > 0
@@ -288,7 +300,7 @@ class TransformersBackend(GenerationBackend):
             return cached
         input_ids, attention_mask = _left_pad([prompt[:-1] for prompt in repeated], self.pad_id)
         width = input_ids.shape[1]
-        decoder = FastDecoder(self.model, len(repeated), width, device)
+        decoder = FastDecoder(self.model, len(repeated), width, device, self.packed)
         decoder.prefill(input_ids.to(device), attention_mask.to(device))
         shared = list(cached)
         for index, prompt in enumerate(repeated):
