@@ -297,12 +297,6 @@ def _open(backend: str, workdir: Path, args: argparse.Namespace) -> object:
     return retriever
 
 
-def _cpu_model() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
-
-
 def worker_search(backend: str, workdir: Path, args: argparse.Namespace) -> dict:
     queries = [entry["query"] for entry in json.loads((workdir / "queries.json").read_text())]
     start = time.perf_counter()
@@ -423,6 +417,8 @@ def _stale_index(backend: str, workdir: Path) -> bool:
 
 
 def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -> tuple[list[dict], str]:
+    from agent_gym.models.precision import cpu_model
+
     cache = Path(args.cache_dir)
     workdir = prepare_corpus(name, cache, args.queries)
     docs = int((workdir / "ready").read_text())
@@ -518,7 +514,7 @@ def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -
             "load_start": [round(x, 2) for x in load_start],
             "load_end": [round(x, 2) for x in load_end],
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "cpu_model": _cpu_model(),  # records of several machines share the file (none before 2026-11-28 11:00)
+            "cpu_model": cpu_model(),  # records of several machines share the file (none before 2026-11-28 11:00)
         })
     return records, _table(name, docs, len(queries), records, load_start, load_end, args)
 

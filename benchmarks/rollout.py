@@ -302,11 +302,12 @@ def _side_flags(args, side: str, out: str) -> list[str]:
 
 def run_per_side(args) -> dict[str, object]:
     """Each side's collector runs in a fresh process (``--vllm-python`` for vllm); medians, ranges, ratios."""
-    from agent_gym.models.precision import dtype_name, resolve_dtype
+    from agent_gym.models.precision import cpu_model, dtype_name, resolve_dtype
 
     args.dtype = dtype_name(resolve_dtype(args.dtype))  # one precision for every side, measured once here
     load = [round(os.getloadavg()[0], 2)]
-    report: dict[str, object] = {"command": " ".join(sys.argv), "dtype": args.dtype, "torch_threads": args.threads,
+    report: dict[str, object] = {"command": " ".join(sys.argv), "cpu": cpu_model(), "dtype": args.dtype,
+                                 "torch_threads": args.threads,
                                  "settings": {k: v for k, v in vars(args).items() if k not in ("model_dir",)}}
     sides: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="bench-rollout-") as scratch:

@@ -447,9 +447,9 @@ def _has_trl(python: str) -> bool:
 
 
 def _machine() -> dict[str, Any]:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown")
-    return {"cpu": model, "cpus": os.cpu_count(), "affinity": sorted(os.sched_getaffinity(0))}
+    from agent_gym.models.precision import cpu_model
+
+    return {"cpu": cpu_model(), "cpus": os.cpu_count(), "affinity": sorted(os.sched_getaffinity(0))}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import statistics
 import threading
 import time
@@ -43,7 +42,7 @@ import torch
 from agent_gym.models.host_memory import release_freed_memory, resident_mb
 from agent_gym.models.lora_setup import add_lora
 from agent_gym.models.model_init import load_model_and_tokenizer
-from agent_gym.models.precision import bf16_autocast
+from agent_gym.models.precision import bf16_autocast, cpu_model
 from agent_gym.models.pretrained import get_model
 from agent_gym.trainers import packed_forward
 from agent_gym.trainers.lean_activations import install_lean_activations
@@ -136,7 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     reference = args.variants[0]
     mask = batch["advantages"] != 0
     result: dict[str, Any] = {
-        "model": args.model, "cpu": _cpu(), "threads": args.threads, "rows": args.rows, "prompt": args.prompt,
+        "model": args.model, "cpu": cpu_model(), "threads": args.threads, "rows": args.rows, "prompt": args.prompt,
         "response": args.response, "lora_rank": args.lora_rank, "lora_layers": args.lora_layers,
         "rounds": args.rounds, "load": os.getloadavg(), "torch": torch.__version__, "variants": {},
     }
@@ -150,14 +149,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "max_abs_logprob_diff_vs_" + reference: float((logprobs[name] - logprobs[reference])[mask].abs().max()),
         }
     return result
-
-
-def _cpu() -> str:
-    if Path("/proc/cpuinfo").is_file():
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -98,20 +98,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = rows[setting_name(0, args.epochs)]["sft_seconds"]
         for row in rows.values():
             row["sft_speedup_vs_all"] = round(base / row["sft_seconds"], 2)
-    report = {"model": args.model, "share": SHARE, "epochs": args.epochs, "cpu": _cpu(),
+    from agent_gym.models.precision import cpu_model
+
+    report = {"model": args.model, "share": SHARE, "epochs": args.epochs, "cpu": cpu_model(),
               "eval_questions": args.eval_questions, "rows": rows}
     if args.publish:
         tag = sweep_tag(args.epochs).replace("-", "_")
         (ROOT / "docs" / "results" / f"lora_layers{tag}.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     return 0
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

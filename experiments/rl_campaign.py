@@ -303,12 +303,11 @@ def device_label() -> str:
     """What the train processes run on (they take a GPU when there is one): the GPU's name, else the CPU's."""
     import torch
 
+    from agent_gym.models.precision import cpu_model
+
     if torch.cuda.is_available():
         return f"cuda: {torch.cuda.get_device_name(0)}"
-    cpuinfo = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-             if line.startswith("model name")] if cpuinfo.is_file() else []
-    return f"cpu: {names[0] if names else 'unknown'}"
+    return f"cpu: {cpu_model()}"
 
 
 def note_device(directory: Path) -> None:

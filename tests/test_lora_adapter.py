@@ -14,6 +14,7 @@ from agent_gym.models.precision import (
     MIN_BF16_SPEEDUP,
     cpu_flags,
     cpu_has_fast_bf16,
+    cpu_model,
     measured_bf16_speedup,
     resolve_dtype,
 )
@@ -185,9 +186,12 @@ def test_bf16_is_the_default_only_where_the_cpu_computes_it_natively_and_it_meas
     with pytest.raises(ValueError, match="float16"):
         resolve_dtype("float16")
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx512_bf16\n\n"
+                       "processor\t: 1\nmodel name\t: Other\nflags\t\t: fpu\n")
     assert cpu_flags(cpuinfo) == frozenset({"fpu", "sse2", "avx512_bf16"})
     assert cpu_flags(tmp_path / "missing") == frozenset()
+    assert cpu_model(cpuinfo) == "AMD EPYC"
+    assert cpu_model(tmp_path / "missing") != ""  # platform's name, or "unknown"
 
 
 def test_model_naive_rag_searches_the_question_once_then_the_model_answers(tiny_model_dir_for_synthhop: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import platform
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,16 +24,27 @@ DTYPES = ("auto", "float32", "bfloat16")
 FAST_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
-    """The instruction-set flags of the first CPU in ``cpuinfo`` (empty where there is no such file)."""
+def _cpuinfo_field(name: str, cpuinfo: str | Path) -> str | None:
+    """The value of the first ``name`` line of ``cpuinfo`` (None where there is no such file or line)."""
     try:
         text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return frozenset()
+        return None
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return value.strip()
+    return None
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
+    """The instruction-set flags of the first CPU in ``cpuinfo`` (empty where there is no such file)."""
+    return frozenset((_cpuinfo_field("flags", cpuinfo) or "").split())
+
+
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The first CPU's model name, e.g. ``AMD EPYC``: every timing we record names the CPU it came from."""
+    return _cpuinfo_field("model name", cpuinfo) or platform.processor() or "unknown"
 
 
 def cpu_has_fast_bf16(flags: frozenset[str] | None = None) -> bool:
