@@ -116,16 +116,25 @@ def results_path(epochs: int) -> Path:
     return ROOT / "docs" / "results" / f"warmstart_sweep{sweep_tag(epochs).replace('-', '_')}.json"
 
 
+def restore_measures(out: Path, share: int, epochs: int = 1) -> None:
+    """The committed measures of a warm start join the run directory's (a measure taken here wins), so that
+    nothing published earlier is lost when this machine's run directory holds fewer shares or fewer measures."""
+    eval_path, results = out / f"{warm_name(share)}_eval.json", results_path(epochs)
+    committed = json.loads(results.read_text()).get("evals", {}).get(str(share)) if results.is_file() else None
+    if not committed:
+        return
+    local = json.loads(eval_path.read_text()) if eval_path.is_file() else {}
+    if set(committed) - set(local):
+        out.mkdir(parents=True, exist_ok=True)
+        eval_path.write_text(json.dumps({**committed, **local}, indent=2))
+
+
 def restore_from_repo(out: Path, share: int, epochs: int = 1) -> bool:
     """On a machine without the sweep's run directory: the committed adapter (bf16) and the committed measures of
     a warm start become the local ones, so the sweep goes on where the last sitting stopped. Returns whether the
     adapter was restored."""
     local, committed = out / warm_name(share), CHECKPOINTS / run_name(epochs, share)
-    eval_path, results = out / f"{warm_name(share)}_eval.json", results_path(epochs)
-    if not eval_path.is_file() and results.is_file():
-        measured = json.loads(results.read_text()).get("evals", {}).get(str(share))
-        if measured:
-            eval_path.write_text(json.dumps(measured, indent=2))
+    restore_measures(out, share, epochs)
     if (local / "sft_summary.json").is_file() or not (committed / "sft_summary.json").is_file():
         return False
     shutil.copytree(committed, local, dirs_exist_ok=True)
@@ -213,7 +222,10 @@ def evaluate_share(args: argparse.Namespace, share: int, adapter: Path, timings:
 
 def record(args: argparse.Namespace, share: int, evaluation: Mapping[str, Any]) -> dict[str, Any]:
     """The learning.json record of one warm start (``algorithm: "sft"``)."""
-    summary = json.loads((Path(args.out) / warm_name(share) / "sft_summary.json").read_text())
+    # The SFT's summary: this machine's run, else the committed adapter's (a share trained in another sitting).
+    local = Path(args.out) / warm_name(share) / "sft_summary.json"
+    committed = CHECKPOINTS / run_name(args.epochs, share) / "sft_summary.json"
+    summary = json.loads((local if local.is_file() else committed).read_text())
     greedy1, greedy2 = evaluation["greedy_1hop"]["em"], evaluation["greedy_2hop"]["em"]
     return {
         "model": args.model, "run": run_name(args.epochs, share), "algorithm": "sft", "seed": 0, "epochs": args.epochs,
@@ -312,7 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for keys in stages[:1] if args.stage == "pass8" else stages:
             for share, adapter in adapters.items():
                 evals[share] = evaluate_share(args, share, adapter, timings, keys)
-    for share in SHARES:  # shares measured by an earlier invocation count for the choice too
+    for share in SHARES:  # shares measured by an earlier invocation, here or committed, count for the choice too
+        restore_measures(out, share, args.epochs)
         path = out / f"{warm_name(share)}_eval.json"
         if share not in evals and path.is_file():
             evals[share] = json.loads(path.read_text())

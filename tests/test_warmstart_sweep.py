@@ -257,7 +257,8 @@ def test_the_decision_probe_reads_the_choice_after_the_first_search(tiny_model) 
     assert math.isclose(decision_probe.opening_logprob(model, context, ids), expected, rel_tol=1e-4)
 
 
-def test_publish_only_trains_and_measures_nothing(tmp_path: Path, monkeypatch) -> None:
+def test_publish_only_trains_and_measures_nothing_and_keeps_every_committed_measure(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
     def must_not_run(*args, **kwargs):
         raise AssertionError("--publish-only must not train or measure")
 
@@ -265,10 +266,23 @@ def test_publish_only_trains_and_measures_nothing(tmp_path: Path, monkeypatch) -
     monkeypatch.setattr(sweep, "sft", must_not_run)
     monkeypatch.setattr(sweep, "evaluate_share", must_not_run)
     monkeypatch.setattr(sweep, "publish", lambda args, evals, chosen: published.append(evals))
-    (tmp_path / "warm50_eval.json").write_text('{"pass8_1hop": {"informative": 0.6, "pass_at_k": 0.9}}')
-    assert sweep.main(["--publish-only", "--epochs", "3", "--out", str(tmp_path), "--model", str(tmp_path / "m"),
+    # Committed: share 5 (measured on another machine, absent here) and an older measure of share 50.
+    committed = tmp_path / "committed.json"
+    committed.write_text(json.dumps({"evals": {
+        "5": {"greedy_1hop": {"em": 0.92}},
+        "50": {"pass8_1hop": {"informative": 0.1, "pass_at_k": 0.5},
+               "pass8_2hop": {"informative": 0.2, "pass_at_k": 0.4}}}}))
+    monkeypatch.setattr(sweep, "results_path", lambda epochs: committed if epochs == 3 else tmp_path / "none.json")
+    out = tmp_path / "sweep-e3"
+    out.mkdir()
+    (out / "warm50_eval.json").write_text('{"pass8_1hop": {"informative": 0.6, "pass_at_k": 0.9}}')
+    assert sweep.main(["--publish-only", "--epochs", "3", "--out", str(out), "--model", str(tmp_path / "m"),
                        "--shares", "50"]) == 0
-    assert published == [{50: {"pass8_1hop": {"informative": 0.6, "pass_at_k": 0.9}}}]
+    # This machine's measure wins; nothing committed is dropped (a run directory with fewer shares once published
+    # over the other shares' measures).
+    assert published == [{5: {"greedy_1hop": {"em": 0.92}},
+                           50: {"pass8_1hop": {"informative": 0.6, "pass_at_k": 0.9},
+                                "pass8_2hop": {"informative": 0.2, "pass_at_k": 0.4}}}]
 
 
 def test_rl_campaign_names_every_device_a_run_trained_on_once(tmp_path: Path, monkeypatch) -> None:
@@ -372,3 +386,17 @@ def test_a_run_resumed_from_the_repository_publishes_its_whole_history(tmp_path:
     assert [r["step"] for r in published] == [1, 2, 3, 4] and [r["em"] for r in published] == [0.1, 0.2, 1.0, 1.0]
     assert json.loads((committed / "curve.json").read_text()) == {"10": {"mix_em": 0.5}}
     assert json.loads((committed / "progress.json").read_text())["step"] == 4
+
+
+def test_a_warm_start_trained_in_another_sitting_gets_its_record_from_the_committed_summary(
+        tmp_path: Path, monkeypatch) -> None:
+    committed = tmp_path / "checkpoints" / "sweep-e3-warm25"
+    committed.mkdir(parents=True)
+    (committed / "sft_summary.json").write_text('{"episodes": 160, "steps": 120, "final_loss": 0.05}')
+    monkeypatch.setattr(sweep, "CHECKPOINTS", tmp_path / "checkpoints")
+    measure = {"em": 0.5, "multihop": 0.25, "questions": 200, "pass_at_k": 0.75, "informative": 0.5}
+    evaluation = {key: dict(measure) for key in (*sweep.MEASURES, "pass8_1hop", "pass8_2hop")}
+    args = sweep.argparse.Namespace(out=str(tmp_path / "sweep-e3"), epochs=3, model="m")  # no local run of it
+    record = sweep.record(args, 25, evaluation)
+    assert record["run"] == "sweep-e3-warm25" and record["sft"] == {"episodes": 160, "steps": 120, "final_loss": 0.05}
+    assert record["final_em"]["greedy_mix"] == 0.5 and record["two_hop_share"] == 0.25
