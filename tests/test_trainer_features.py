@@ -240,6 +240,29 @@ def test_ppo_with_a_lora_critic_trains_both_and_resumes_the_critic(tmp_path):
     assert all(torch.equal(p, critic_after[n]) for n, p in resumed.critic.named_parameters())
 
 
+def test_the_critic_runs_in_the_updates_bf16_with_its_head_in_fp32_after_the_policys_backward(tmp_path):
+    trainer = _trainer(tmp_path, algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4, dtype="bfloat16")
+    critic = trainer.critic
+    body_dtypes, head_dtypes, policy_grads_at_critic = [], [], []
+    layer = next(module for name, module in trainer.model.named_modules()
+                 if isinstance(module, torch.nn.Linear) and "lora_" not in name and "lm_head" not in name)
+    layer.register_forward_hook(lambda module, args, out: body_dtypes.append(out.dtype) if critic._active else None)
+    critic.value_head.register_forward_hook(lambda module, args, out: head_dtypes.append(out.dtype))
+
+    def before_critic(module, args):
+        if torch.is_grad_enabled():  # the update's pass (scoring runs without grad, before any backward)
+            trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+            policy_grads_at_critic.append(all(p.grad is not None for p in trainable))
+
+    critic.register_forward_pre_hook(before_critic)
+    metrics = trainer.train_step()
+    assert body_dtypes and set(body_dtypes) == {torch.bfloat16}  # the body at the update's precision
+    assert head_dtypes and set(head_dtypes) == {torch.float32}  # the values in fp32
+    # the policy's graph was backed (and freed) before the critic's forward: one graph held at a time
+    assert policy_grads_at_critic and all(policy_grads_at_critic)
+    assert torch.isfinite(torch.tensor(metrics[m.VALUE_LOSS]))
+
+
 def test_a_run_with_a_full_critic_does_not_resume_with_a_lora_critic(tmp_path):
     trainer = _trainer(tmp_path, algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4)
     saved = {"step": 1, "config": {**trainer.config.to_dict(), "critic": "full"}}

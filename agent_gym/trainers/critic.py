@@ -32,6 +32,16 @@ __all__ = ["CRITIC_FILE", "LoraValueModel", "ValueModel", "critic_from_policy"]
 CRITIC_FILE = "critic.pt"  # beside the policy in a run's final/ directory
 
 
+def _values(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` values from the body's last hidden states: ``values[:, t]`` from position ``t - 1``, 0 at t = 0.
+
+    The head runs in fp32 even inside the trainer's bf16 autocast: bf16 keeps 8 bits of mantissa, too few for
+    value targets a few hundredths apart, and the head is one dot product a token."""
+    with torch.autocast(hidden.device.type, enabled=False):
+        values = head(hidden.float()).squeeze(-1)
+    return F.pad(values[:, :-1], (1, 0))
+
+
 class ValueModel(torch.nn.Module):
     """Critic: a transformer backbone and a linear head giving V(s_t) for the state before each token.
 
@@ -58,8 +68,7 @@ class ValueModel(torch.nn.Module):
         """Values ``[B, T]``; right-padded batches need no mask (see ``Trainer._response_logits``)."""
         output = self.backbone(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
         hidden = output.hidden_states[-1]  # works for a bare body and for a model with an LM head alike
-        values = self.value_head(hidden.float()).squeeze(-1)
-        return F.pad(values[:, :-1], (1, 0))
+        return _values(self.value_head, hidden)
 
     @torch.no_grad()
     def turn_values(self, sequences: list[list[int]]) -> list[float]:
@@ -190,8 +199,7 @@ class LoraValueModel(torch.nn.Module):
         with self._critic_pass():
             # no key/value cache: the critic scores whole sequences and never decodes
             hidden = _body(self.policy)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)[0]
-        values = self.value_head(hidden.float()).squeeze(-1)
-        return F.pad(values[:, :-1], (1, 0))
+        return _values(self.value_head, hidden)
 
     turn_values = ValueModel.turn_values
 

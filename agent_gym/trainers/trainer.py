@@ -352,6 +352,13 @@ class Trainer:
             return bf16_autocast(model, self.device.type)
         return contextlib.nullcontext()
 
+    def _critic_values(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The critic's ``[B, T]`` values, its body in the update's precision (the policy's, under the same
+        autocast: in fp32 it kept twice the activations and ran the matmuls at fp32's speed); its head in fp32."""
+        assert self.critic is not None
+        with self._autocast(self.model):
+            return self.critic(input_ids)
+
     def _policy_logprobs(
         self, model: torch.nn.Module, batch: TokenBatch, entropy: bool = False, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
@@ -399,7 +406,7 @@ class Trainer:
             if needs_reference:
                 ref.append(F.pad(self._reference_logprobs(micro), pad))
             if self.critic is not None:
-                values.append(F.pad(self.critic(micro.input_ids), pad))
+                values.append(F.pad(self._critic_values(micro.input_ids), pad))
         self.model.train(was_training)
         return ScoredBatch(
             old_logprobs=torch.cat(old) if old else None,
@@ -524,11 +531,14 @@ class Trainer:
             entropy_loss = aggregate(entropy, mask, agg, normalizer, length)
             kl = kl_penalty(logprobs, scored.ref_logprobs, config.kl_estimator) if config.kl_coef > 0 else None
             kl_loss = aggregate(kl, mask, agg, normalizer, length) if kl is not None else zero
-            values = self.critic(tokens.input_ids) if self.critic is not None else None
+            loss = pg.loss - config.entropy_coef * entropy_loss + config.kl_coef * kl_loss
+            loss.backward()
+            # The critic's loss reaches none of the policy's parameters (critic.py), so it is backed apart, after the
+            # policy's graph is freed: a PPO micro-batch holds one model's activations at a time, not two.
             v_loss, v_clipfrac = zero, zero
-            if values is not None:
+            if self.critic is not None:
                 v_loss, v_clipfrac = value_loss(
-                    values,
+                    self._critic_values(tokens.input_ids),
                     scored.values,
                     targets.returns,
                     targets.advantage_mask,
@@ -537,14 +547,12 @@ class Trainer:
                     value_normalizer,
                     length,
                 )
-            # The critic is a separate model, so its loss adds no gradient to the policy (critic.py).
-            loss = pg.loss - config.entropy_coef * entropy_loss + config.kl_coef * kl_loss + v_loss
-            loss.backward()
+                v_loss.backward()
 
             stats.add(loss_tokens=mask, model_tokens=tokens.loss_mask, policy=pg, entropy=entropy,
                       old_logprobs=old_logprobs, sampling_logprobs=tokens.sampling_logprobs, tokens_computed=computed,
-                      kl=kl, value_loss=v_loss if values is not None else None,
-                      value_clipfrac=v_clipfrac if values is not None else None)
+                      kl=kl, value_loss=v_loss if self.critic is not None else None,
+                      value_clipfrac=v_clipfrac if self.critic is not None else None)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.requires_grad], config.max_grad_norm
         )
