@@ -168,6 +168,37 @@ def test_packed_forward_gives_the_padded_passs_logprobs_and_gradients(monkeypatc
     assert packed.tokens_computed == (unshared - 24 * 2 - 24 * 1 if share else unshared)
 
 
+@pytest.mark.parametrize("share", [True, False])
+def test_the_lora_critics_packed_values_are_its_padded_values_with_the_same_gradients(share):
+    # the critic read as the trainer reads it: one row at a time, a group's prompt once (issue 25's PPO OOM)
+    from peft import LoraConfig, get_peft_model
+
+    from agent_gym.trainers.critic import LoraValueModel
+
+    policy = get_peft_model(_tiny_causal_lm(), LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    critic = LoraValueModel(policy, rank=4)
+    torch.nn.init.normal_(critic.value_head.weight)
+    for name, parameter in critic.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=0.1)  # a trained critic: its adapters change the body's output
+    ids, lengths, prompts, groups = _grouped_rows()
+    mask = _response_mask(lengths, prompts, ids.shape[1])
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(3)) * mask
+    trained = list(critic.parameters())
+
+    padded = critic(ids)
+    padded_grads = torch.autograd.grad((padded * weights).sum(), trained, allow_unused=True)
+    packed = critic.packed(ids, lengths, prompts, groups if share else None)
+    packed_grads = torch.autograd.grad((packed * weights).sum(), trained, allow_unused=True)
+
+    assert packed.dtype == torch.float32 and packed.shape == padded.shape
+    torch.testing.assert_close(packed * mask, padded * mask, rtol=1e-5, atol=1e-5)
+    assert (packed[mask == 0] == 0).all()  # nothing before the response: GAE and the value loss never read it
+    for packed_grad, padded_grad in zip(packed_grads, padded_grads, strict=True):
+        torch.testing.assert_close(packed_grad, padded_grad, rtol=1e-4, atol=1e-5)
+    assert all(p.grad is None for p in policy.parameters())  # the policy's weights stay out of the critic's graph
+
+
 def test_packed_forward_shares_no_prefix_between_groups_or_short_prompts():
     from agent_gym.trainers.packed_forward import MIN_SHARED_PREFIX, shared_prefix_length
 

@@ -246,15 +246,16 @@ def test_the_critic_runs_in_the_updates_bf16_with_its_head_in_fp32_after_the_pol
     body_dtypes, head_dtypes, policy_grads_at_critic = [], [], []
     layer = next(module for name, module in trainer.model.named_modules()
                  if isinstance(module, torch.nn.Linear) and "lora_" not in name and "lm_head" not in name)
-    layer.register_forward_hook(lambda module, args, out: body_dtypes.append(out.dtype) if critic._active else None)
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+
+    def in_the_critics_pass(module, args, out):
+        if critic._active:
+            body_dtypes.append(out.dtype)
+            if torch.is_grad_enabled():  # the update's pass (scoring runs without grad, before any backward)
+                policy_grads_at_critic.append(all(p.grad is not None for p in trainable))
+
+    layer.register_forward_hook(in_the_critics_pass)
     critic.value_head.register_forward_hook(lambda module, args, out: head_dtypes.append(out.dtype))
-
-    def before_critic(module, args):
-        if torch.is_grad_enabled():  # the update's pass (scoring runs without grad, before any backward)
-            trainable = [p for p in trainer.model.parameters() if p.requires_grad]
-            policy_grads_at_critic.append(all(p.grad is not None for p in trainable))
-
-    critic.register_forward_pre_hook(before_critic)
     metrics = trainer.train_step()
     assert body_dtypes and set(body_dtypes) == {torch.bfloat16}  # the body at the update's precision
     assert head_dtypes and set(head_dtypes) == {torch.float32}  # the values in fp32

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,19 +28,24 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agent_gym.trainers.packed_forward import packed_values
+
 __all__ = ["CRITIC_FILE", "LoraValueModel", "ValueModel", "critic_from_policy"]
 
 CRITIC_FILE = "critic.pt"  # beside the policy in a run's final/ directory
 
 
-def _values(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
-    """``[B, T]`` values from the body's last hidden states: ``values[:, t]`` from position ``t - 1``, 0 at t = 0.
-
-    The head runs in fp32 even inside the trainer's bf16 autocast: bf16 keeps 8 bits of mantissa, too few for
-    value targets a few hundredths apart, and the head is one dot product a token."""
+def _head_values(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """The value head on hidden states ``[..., H]`` -> ``[...]``, in fp32 even inside the trainer's bf16 autocast:
+    bf16 keeps 8 bits of mantissa, too few for value targets a few hundredths apart, and it is one dot product a
+    token."""
     with torch.autocast(hidden.device.type, enabled=False):
-        values = head(hidden.float()).squeeze(-1)
-    return F.pad(values[:, :-1], (1, 0))
+        return head(hidden.float()).squeeze(-1)
+
+
+def _values(head: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` values from the body's last hidden states: ``values[:, t]`` from position ``t - 1``, 0 at t = 0."""
+    return F.pad(_head_values(head, hidden)[:, :-1], (1, 0))
 
 
 class ValueModel(torch.nn.Module):
@@ -200,6 +206,17 @@ class LoraValueModel(torch.nn.Module):
             # no key/value cache: the critic scores whole sequences and never decodes
             hidden = _body(self.policy)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)[0]
         return _values(self.value_head, hidden)
+
+    def packed(
+        self, input_ids: torch.Tensor, lengths: torch.Tensor, prompt_lengths: torch.Tensor,
+        group_index: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """:meth:`forward`'s values at the response positions (0 before them), each row at its own length and a
+        group's shared prefix once (:func:`~agent_gym.trainers.packed_forward.packed_values`): what the trainer
+        runs, as it runs the policy."""
+        with self._critic_pass():
+            return packed_values(_body(self.policy), functools.partial(_head_values, self.value_head), input_ids,
+                                 lengths, prompt_lengths, group_index)
 
     turn_values = ValueModel.turn_values
 

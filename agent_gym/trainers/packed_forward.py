@@ -21,6 +21,7 @@ padded path's, zero on prompt and padding positions.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 from agent_gym.trainers.head_logprobs import HeadSplit, head_logprobs, split_head
 from agent_gym.trainers.losses import entropy_from_logits, token_logprobs
 
-__all__ = ["PackedLogprobs", "packed_logprobs", "shared_prefix_length"]
+__all__ = ["PackedLogprobs", "packed_logprobs", "packed_values", "shared_prefix_length"]
 
 # A shared prefix shorter than this is not worth a separate forward (its keys/values are computed anyway).
 MIN_SHARED_PREFIX = 16
@@ -74,8 +75,33 @@ def _cache_keyword(model: torch.nn.Module) -> str:
     return "cache" if "cache" in _base_forward(model).parameters else "past_key_values"
 
 
+def _units(model: torch.nn.Module, group_index: torch.Tensor | None, batch: int) -> list[list[int]]:
+    """The rows that may share a prefix: each group's (``group_index``), or each row alone."""
+    if group_index is None or not _can_share(model):
+        return [[row] for row in range(batch)]
+    groups: dict[int, list[int]] = {}
+    for row, group in enumerate(group_index.tolist()):
+        groups.setdefault(int(group), []).append(row)
+    return list(groups.values())
+
+
+def _shared_prefix(
+    model: torch.nn.Module, input_ids: torch.Tensor, lengths: torch.Tensor, prompt_lengths: torch.Tensor,
+    rows: list[int],
+) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
+    """The prefix the ``rows`` share, run once: its length and keys/values (``0, None`` when too short to pay)."""
+    if len(rows) < 2:
+        return 0, None
+    index = torch.tensor(rows, device=input_ids.device)
+    shared = shared_prefix_length(input_ids[index], lengths[index], prompt_lengths[index])
+    if shared < MIN_SHARED_PREFIX:
+        return 0, None
+    return shared, _prefix_keys_values(model, input_ids[rows[0] : rows[0] + 1, :shared])
+
+
 def _prefix_keys_values(model: torch.nn.Module, prefix: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Run ``prefix`` (``[1, P]``) once; its per-layer keys and values (still in the autograd graph)."""
+    """Run ``prefix`` (``[1, P]``) once; its per-layer keys and values (still in the autograd graph). ``model`` is a
+    causal LM or a bare decoder (a critic's body)."""
     split = split_head(model)
     if split is not None:  # no LM head at all
         output = split.decoder(input_ids=prefix, use_cache=True)
@@ -161,25 +187,9 @@ def packed_logprobs(
     entropy_rows: list[torch.Tensor | None] = [None] * batch
     computed = 0
     split = split_head(model)
-    units: list[list[int]]
-    if group_index is None or not _can_share(model):
-        units = [[row] for row in range(batch)]
-    else:
-        groups: dict[int, list[int]] = {}
-        for row, group in enumerate(group_index.tolist()):
-            groups.setdefault(int(group), []).append(row)
-        units = list(groups.values())
-    for rows in units:
-        shared = 0
-        if len(rows) > 1:
-            index = torch.tensor(rows, device=input_ids.device)
-            shared = shared_prefix_length(input_ids[index], lengths[index], prompt_lengths[index])
-        keys_values = None
-        if shared >= MIN_SHARED_PREFIX:
-            keys_values = _prefix_keys_values(model, input_ids[rows[0] : rows[0] + 1, :shared])
-            computed += shared
-        else:
-            shared = 0
+    for rows in _units(model, group_index, batch):
+        shared, keys_values = _shared_prefix(model, input_ids, lengths, prompt_lengths, rows)
+        computed += shared
         for row in rows:
             length, first = int(lengths[row]), max(int(prompt_lengths[row]) - 1, 0)
             suffix = input_ids[row : row + 1, shared:length]
@@ -193,3 +203,32 @@ def packed_logprobs(
     logprobs = torch.stack(logprob_rows)  # type: ignore[arg-type]
     entropies = torch.stack(entropy_rows) if entropy else None  # type: ignore[arg-type]
     return PackedLogprobs(logprobs=logprobs, entropy=entropies, tokens_computed=computed)
+
+
+def packed_values(
+    body: torch.nn.Module,
+    head: Callable[[torch.Tensor], torch.Tensor],
+    input_ids: torch.Tensor,
+    lengths: torch.Tensor,
+    prompt_lengths: torch.Tensor,
+    group_index: torch.Tensor | None,
+) -> torch.Tensor:
+    """A critic's ``[B, T]`` values of ``input_ids`` (right-padded to ``lengths``) without padding, a group's shared
+    prefix once: ``values[:, t] = head(h[t - 1])`` for the response positions ``prompt_length <= t < length``, 0
+    elsewhere, where GAE and the value loss never read (they read action tokens only).
+
+    ``body`` is the decoder without an LM head; ``head`` maps ``[n, H]`` hidden states to ``[n]`` values. A padded
+    ``[B, T]`` pass through SmolLM2 kept a ``T x T`` attention map a row and layer for the backward pass (a PPO run
+    of the real model was OOM-killed at 17 GB, issue 25); one row at a time runs causal attention without a mask.
+    """
+    batch, width = input_ids.shape
+    value_rows: list[torch.Tensor | None] = [None] * batch
+    for rows in _units(body, group_index, batch):
+        shared, keys_values = _shared_prefix(body, input_ids, lengths, prompt_lengths, rows)
+        for row in rows:
+            length, first = int(lengths[row]), max(int(prompt_lengths[row]) - 1, 0)
+            suffix = input_ids[row : row + 1, shared:length]
+            hidden = body(input_ids=suffix, **_cache_kwargs(body, body.config, keys_values)).last_hidden_state
+            values = head(hidden[0, first - shared : length - shared - 1])  # h[first .. length - 2]
+            value_rows[row] = F.pad(values, (first + 1, width - length))
+    return torch.stack(value_rows)  # type: ignore[arg-type]

@@ -352,12 +352,17 @@ class Trainer:
             return bf16_autocast(model, self.device.type)
         return contextlib.nullcontext()
 
-    def _critic_values(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The critic's ``[B, T]`` values, its body in the update's precision (the policy's, under the same
-        autocast: in fp32 it kept twice the activations and ran the matmuls at fp32's speed); its head in fp32."""
+    def _critic_values(self, batch: TokenBatch) -> torch.Tensor:
+        """The critic's ``[B, T]`` values, its body run as the policy's is: in the update's precision (under the same
+        autocast; in fp32 it kept twice the activations and ran the matmuls at fp32's speed), and a LoRA critic's
+        without padding, a group's prompt once (``share_prompt`` / ``padding_free``). Its head runs in fp32."""
+        config = self.config
         assert self.critic is not None
         with self._autocast(self.model):
-            return self.critic(input_ids)
+            if isinstance(self.critic, LoraValueModel) and (config.share_prompt or config.padding_free):
+                return self.critic.packed(batch.input_ids, batch.attention_mask.sum(dim=1), batch.prompt_lengths,
+                                          batch.group_index if config.share_prompt else None)
+            return self.critic(batch.input_ids)
 
     def _policy_logprobs(
         self, model: torch.nn.Module, batch: TokenBatch, entropy: bool = False, entropy_grad: bool = False
@@ -406,7 +411,7 @@ class Trainer:
             if needs_reference:
                 ref.append(F.pad(self._reference_logprobs(micro), pad))
             if self.critic is not None:
-                values.append(F.pad(self._critic_values(micro.input_ids), pad))
+                values.append(F.pad(self._critic_values(micro), pad))
         self.model.train(was_training)
         return ScoredBatch(
             old_logprobs=torch.cat(old) if old else None,
@@ -538,7 +543,7 @@ class Trainer:
             v_loss, v_clipfrac = zero, zero
             if self.critic is not None:
                 v_loss, v_clipfrac = value_loss(
-                    self._critic_values(tokens.input_ids),
+                    self._critic_values(tokens),
                     scored.values,
                     targets.returns,
                     targets.advantage_mask,
