@@ -62,8 +62,11 @@ HOTPOT_SAMPLE = SHARED / "hotpotqa" / "hotpot_dev_distractor_v1.sample297.json.x
 TWOWIKI_SAMPLE = SHARED / "2wikimultihopqa" / "dev.sample657.json.xz"
 MUSIQUE_SAMPLE = SHARED / "musique" / "musique_ans_v1.0_dev.sample200.jsonl.xz"
 CORPORA = ("hotpotqa", "synthetic-100k", "synthetic-1m", "wiki-100k")
-BACKENDS = ("pyserini", "impact", "tantivy", "bm25s", "bm25s-numba")
-DEFAULT_BACKENDS = ("pyserini", "impact", "tantivy")
+BACKENDS = ("pyserini", "impact", "impact-threads", "tantivy", "bm25s", "bm25s-numba")
+DEFAULT_BACKENDS = ("pyserini", "impact", "impact-threads", "tantivy")
+# Variants that search another backend's index their own way: impact-threads is the impact engine in one process
+# with c threads (its default), where "impact" splits a batch across c processes. With one CPU they are the same.
+SAME_INDEX = {"impact-threads": "impact"}
 PEER = "pyserini"
 K = 10
 RESULTS = ROOT / "benchmarks" / "results" / "retrieval.json"
@@ -240,12 +243,17 @@ class _BM25sNumba:
         return [make_hits(self.docs, row[score > 0], score[score > 0]) for row, score in zip(rows, scores, strict=True)]
 
 
+def _index_dir(backend: str, workdir: Path) -> Path:
+    return workdir / f"index-{SAME_INDEX.get(backend, backend)}"
+
+
 def worker_build(backend: str, workdir: Path, args: argparse.Namespace) -> dict:
     from agent_gym.retrieval_index.corpus import CorpusFile
 
-    index_dir = workdir / f"index-{backend}"
+    index_dir = _index_dir(backend, workdir)
     docs = CorpusFile(workdir / "corpus.jsonl")
     start = time.perf_counter()
+    backend = SAME_INDEX.get(backend, backend)
     if backend == "tantivy":
         from agent_gym.retrieval_index.engines.tantivy_bm25s import TantivyBM25
 
@@ -269,7 +277,7 @@ def worker_build(backend: str, workdir: Path, args: argparse.Namespace) -> dict:
 def _open(backend: str, workdir: Path, args: argparse.Namespace) -> object:
     from agent_gym.retrieval_index.corpus import DocStore
 
-    index_dir = workdir / f"index-{backend}"
+    index_dir = _index_dir(backend, workdir)
     docs = DocStore(workdir / "store")
     if backend == "bm25s-numba":
         return _BM25sNumba(index_dir, docs, args.threads)
@@ -284,8 +292,13 @@ def _open(backend: str, workdir: Path, args: argparse.Namespace) -> object:
     elif backend == "impact":
         from agent_gym.retrieval_index.engines.impact_bm25 import ImpactBM25
 
-        # c CPUs: c processes of one thread each (threads stop scaling at the Python around the kernel).
+        # c CPUs: c processes of one thread each, no lock shared by the Python around the kernel
         return ImpactBM25.open(index_dir, docs, threads=1, processes=args.threads)
+    elif backend == "impact-threads":
+        from agent_gym.retrieval_index.engines.impact_bm25 import ImpactBM25
+
+        # c CPUs: one process, a batch split across c threads (the kernel releases the GIL): the engine's default
+        return ImpactBM25.open(index_dir, docs, threads=args.threads)
     else:
         from agent_gym.retrieval_index.engines.pyserini_bm25 import configure_jvm
 
@@ -408,11 +421,11 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def _stale_index(backend: str, workdir: Path) -> bool:
     """Whether a cached index was written in a format the engine no longer reads (impact before compression)."""
-    if backend != "impact":
+    if SAME_INDEX.get(backend, backend) != "impact":
         return False
     from agent_gym.retrieval_index.engines import impact_bm25 as impact
 
-    params = workdir / f"index-{backend}" / "impact" / "params.json"
+    params = _index_dir(backend, workdir) / "impact" / "params.json"
     return not params.is_file() or json.loads(params.read_text()).get("format") != impact._FORMAT
 
 
@@ -424,8 +437,12 @@ def benchmark_corpus(name: str, backends: list[str], args: argparse.Namespace) -
     docs = int((workdir / "ready").read_text())
     queries = json.loads((workdir / "queries.json").read_text())
     builds: dict[str, dict] = {}
+    if args.threads == 1:  # a variant that differs from its index's backend only in how it uses several CPUs
+        backends = [b for b in backends if b not in SAME_INDEX or SAME_INDEX[b] not in backends]
+    # each index built once, before the variants that search it
+    backends = sorted(backends, key=lambda b: b in SAME_INDEX)
     for backend in backends:
-        marker = workdir / f"index-{backend}.build.json"
+        marker = workdir / f"index-{SAME_INDEX.get(backend, backend)}.build.json"
         if marker.is_file() and _stale_index(backend, workdir):
             _log(f"{name}: the cached {backend} index is in an earlier format; rebuilding it")
             marker.unlink()

@@ -10,7 +10,7 @@ import numba
 import numpy as np
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always", _nrt=False)
 def _advance(postings: np.ndarray, position: int, end: int, target: int) -> int:
     """First position in ``[position, end)`` whose row is ``>= target`` (galloping, then binary search)."""
     if position >= end or postings[position] >= target:
@@ -35,8 +35,10 @@ def _advance(postings: np.ndarray, position: int, end: int, target: int) -> int:
     return low
 
 
-# Rows of the shortest query lists scored exactly before the main pass (see _search_one).
-_PREPASS_BUDGET = 256
+# Rows of the shortest query lists scored exactly before the main pass (see _search_one). Each costs a galloping
+# lookup into every list: 64 searched wiki-100k in 118 ms of CPU where 256 took 144 (synthetic-1m: the same
+# 820 ms for 16 to 256; AMD EPYC, one thread).
+_PREPASS_BUDGET = 64
 # Rows per window of the main pass: its score buffer (float64) stays in the L1 cache.
 _WINDOW = 4096
 # A window with fewer essential postings than _WINDOW / _SPARSE_RATIO is scored row by row.
@@ -46,13 +48,13 @@ _SPARSE_RATIO = 32
 _CUTOFF_SLACK = 1.0 - 1e-6
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always", _nrt=False)
 def _better(score: float, row: int, other_score: float, other_row: int) -> bool:
     """Whether a hit ranks above another: higher score, or the same score and a lower row (Lucene's order)."""
     return score > other_score or (score == other_score and row < other_row)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _offer(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int, k: int, score: float, row: int) -> int:
     """Put a hit into the top-``k`` min-heap (worst at the root) if it belongs there; return the new size."""
     if size < k:
@@ -76,7 +78,7 @@ def _offer(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int, k: int, sc
     return size
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _offer_new(
     heap_scores: np.ndarray, heap_rows: np.ndarray, size: int, k: int, score: float, row: int, seeded: np.ndarray
 ) -> int:
@@ -90,7 +92,7 @@ def _offer_new(
     return _offer(heap_scores, heap_rows, size, k, score, row)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always", _nrt=False)
 def _seek(
     seg_pos: np.ndarray, seg_block: np.ndarray, block: int, low: np.ndarray, position: int, seg: int, seg_stop: int,
     end: int, target: int,
@@ -116,7 +118,7 @@ def _seek(
     return position, seg
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"nnan", "ninf", "nsz"})
+@numba.njit(cache=True, nogil=True, fastmath={"nnan", "ninf", "nsz"}, _nrt=False)
 def _add_window(
     seg_pos: np.ndarray, seg_block: np.ndarray, block: int, low: np.ndarray, quant: np.ndarray, position: int,
     seg: int, seg_stop: int, end: int, base: int, limit: int, block_base: int, codebook: np.ndarray, code_base: int,
@@ -166,7 +168,7 @@ def _add_window(
     return stop, seg, largest
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _sift_down(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int) -> None:
     """Restore the min-heap (the worst hit at the root) downwards from the root."""
     parent = 0
@@ -184,6 +186,63 @@ def _sift_down(heap_scores: np.ndarray, heap_rows: np.ndarray, size: int) -> Non
             parent = worst
         else:
             return
+
+
+# The helpers below run with numba's reference counting off (``_nrt=False``: they allocate nothing): each array
+# passed to a function, or bound to a name by inlining, costs an atomic increment and decrement, and in the loops
+# over windows and candidate rows those took 24 % of a search (perf, wiki-100k).
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _score_seeded(
+    seeded: np.ndarray, cursor: np.ndarray, cursor_seg: np.ndarray, seg_stop: np.ndarray, end: np.ndarray,
+    code_base: np.ndarray, weight: np.ndarray, seg_pos: np.ndarray, seg_block: np.ndarray, block: int,
+    low: np.ndarray, quant: np.ndarray, codebook: np.ndarray, heap_scores: np.ndarray, heap_rows: np.ndarray,
+    size: int, k: int,
+) -> int:
+    """Score each of the ``seeded`` rows (ascending) exactly over every list and offer it to the heap; return the
+    heap's size. ``cursor``/``cursor_seg`` are the lists' cursors, moved forward as the rows go."""
+    for index in range(len(seeded)):
+        row = seeded[index]
+        score = 0.0
+        for slot in range(len(cursor)):
+            at, segment = _seek(seg_pos, seg_block, block, low, cursor[slot], cursor_seg[slot], seg_stop[slot],
+                                end[slot], row)
+            cursor[slot] = at
+            cursor_seg[slot] = segment
+            if at < end[slot] and np.int64(seg_block[segment]) * block + np.int64(low[at]) == row:
+                score += codebook[code_base[slot] + np.int64(quant[at])] * weight[slot]
+        size = _offer(heap_scores, heap_rows, size, k, score, row)
+    return size
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _score_sparse(
+    rows: np.ndarray, buffer: np.ndarray, base: int, first_essential: int, bound: np.ndarray, threshold: float,
+    position: np.ndarray, seg: np.ndarray, seg_stop: np.ndarray, end: np.ndarray, code_base: np.ndarray,
+    weight: np.ndarray, seg_pos: np.ndarray, seg_block: np.ndarray, block: int, low: np.ndarray, quant: np.ndarray,
+    codebook: np.ndarray, heap_scores: np.ndarray, heap_rows: np.ndarray, size: int, k: int, seeded: np.ndarray,
+) -> int:
+    """A sparse window: each candidate row (ascending, repeats allowed) starts from its essential lists' sum in the
+    window ``buffer`` (cleared as it is read), adds the other lists' impacts by galloping lookups while its bound
+    can still pass ``threshold``, and is offered to the heap; return the heap's size."""
+    for index in range(len(rows)):
+        row = rows[index]
+        score = buffer[row - base]
+        if score == 0.0:
+            continue  # a repeat of a row already taken
+        buffer[row - base] = 0.0
+        for slot in range(first_essential - 1, -1, -1):
+            if score + bound[slot] < threshold:
+                break
+            at, segment = _seek(seg_pos, seg_block, block, low, position[slot], seg[slot], seg_stop[slot], end[slot],
+                                row)
+            position[slot] = at
+            seg[slot] = segment
+            if at < end[slot] and np.int64(seg_block[segment]) * block + np.int64(low[at]) == row:
+                score += codebook[code_base[slot] + np.int64(quant[at])] * weight[slot]
+        size = _offer_new(heap_scores, heap_rows, size, k, score, row, seeded)
+    return size
 
 
 @numba.njit(cache=True, nogil=True)
@@ -264,18 +323,8 @@ def _search_one(
                 gathered[filled] = np.int64(seg_block[segment]) * block + np.int64(low[at])
                 filled += 1
     seeded = np.unique(gathered)
-    cursor = position.copy()
-    cursor_seg = seg.copy()
-    for row in seeded:
-        score = 0.0
-        for slot in range(m):
-            at, segment = _seek(seg_pos, seg_block, block, low, cursor[slot], cursor_seg[slot], seg_stop[slot],
-                                end[slot], row)
-            cursor[slot] = at
-            cursor_seg[slot] = segment
-            if at < end[slot] and np.int64(seg_block[segment]) * block + np.int64(low[at]) == row:
-                score += codebook[code_base[slot] + np.int64(quant[at])] * weight[slot]
-        size = _offer(heap_scores, heap_rows, size, k, score, row)
+    size = _score_seeded(seeded, position.copy(), seg.copy(), seg_stop, end, code_base, weight, seg_pos, seg_block,
+                         block, low, quant, codebook, heap_scores, heap_rows, size, k)
     threshold = heap_scores[0] if size == k else -1.0  # BM25 weights are positive
     first_essential = 0
     while size == k and first_essential < m and bound[first_essential] < threshold:
@@ -288,6 +337,7 @@ def _search_one(
     # the latest, so each list adds from one segment.
     no_row = np.int64(1) << 40
     window_start = np.empty(m, dtype=np.int64)
+    candidates = np.empty(_WINDOW // _SPARSE_RATIO, dtype=np.int64)  # a sparse window's rows: fewer than this
     while first_essential < m:
         base = no_row
         for slot in range(first_essential, m):
@@ -309,28 +359,16 @@ def _search_one(
             essential_count += position[slot] - window_start[slot]
         if essential_count * _SPARSE_RATIO < _WINDOW:
             # Few rows: score each, in row order, with galloping lookups into the other lists.
-            candidates = np.empty(essential_count, dtype=np.int64)
             filled = 0
             for slot in range(first_essential, m):
                 for at in range(window_start[slot], position[slot]):
                     candidates[filled] = block_base + np.int64(low[at])
                     filled += 1
-            candidates.sort()
-            for row in candidates:
-                score = buffer[row - base]
-                if score == 0.0:
-                    continue  # a repeat of a row already taken
-                buffer[row - base] = 0.0
-                for slot in range(first_essential - 1, -1, -1):
-                    if score + bound[slot] < threshold:
-                        break
-                    at, segment = _seek(seg_pos, seg_block, block, low, position[slot], seg[slot], seg_stop[slot],
-                                        end[slot], row)
-                    position[slot] = at
-                    seg[slot] = segment
-                    if at < end[slot] and np.int64(seg_block[segment]) * block + np.int64(low[at]) == row:
-                        score += codebook[code_base[slot] + np.int64(quant[at])] * weight[slot]
-                size = _offer_new(heap_scores, heap_rows, size, k, score, row, seeded)
+            rows = candidates[:filled]
+            rows.sort()
+            size = _score_sparse(rows, buffer, base, first_essential, bound, threshold, position, seg, seg_stop, end,
+                                 code_base, weight, seg_pos, seg_block, block, low, quant, codebook, heap_scores,
+                                 heap_rows, size, k, seeded)
         else:
             # Dense window: add the other lists too, then scan the buffer for rows above the k-th.
             for slot in range(first_essential - 1, -1, -1):
@@ -348,7 +386,8 @@ def _search_one(
                         size = _offer_new(heap_scores, heap_rows, size, k, buffer[offset], base + offset, seeded)
                         if size == k:
                             cutoff = np.float32(heap_scores[0] * _CUTOFF_SLACK)
-            buffer[:] = 0.0
+            for offset in range(limit - base):  # a loop, not buffer[:]: a slice is an array to reference-count
+                buffer[offset] = 0.0
         if size == k:
             threshold = heap_scores[0]
             while first_essential < m and bound[first_essential] < threshold:
