@@ -77,6 +77,7 @@ _LEVELS = 255  # the largest one-byte code: a term's codebook has at most 256 va
 _ARRAYS = {"term_segs": np.uint32, "seg_pos": np.int64, "seg_block": np.uint16, "low": np.uint16, "quant": np.uint8,
            "term_code": np.uint32, "codebook": np.float32, "term_max": np.float32}
 _NAMES = tuple(_ARRAYS)
+_PIPELINE = 32  # queries per kernel call in a batch (ImpactBM25._search_pipelined)
 
 
 class NumbaUnavailableError(RetrievalError, ImportError):
@@ -600,9 +601,16 @@ class ImpactBM25(Retriever):
         return [make_hits(self._docs, rows[i, : counts[i]].tolist(), scores[i, : counts[i]].tolist())
                 for i in range(len(queries))]
 
+    def _search_pipelined(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        """:meth:`_search_chunk` over runs of :data:`_PIPELINE` queries: a thread's word lookups and hit reads (which
+        hold the GIL) then alternate with its kernel calls (which do not), so two threads overlap them instead of
+        queueing for the GIL at the same moments, at a chunk's start and end."""
+        return [hits for start in range(0, len(queries), _PIPELINE)
+                for hits in self._search_chunk(queries[start : start + _PIPELINE], k)]
+
     def _search(self, queries: list[str], k: int) -> list[list[Hit]]:
         def local(chunk: Sequence[str]) -> list[list[Hit]]:
-            return map_chunks(lambda part: self._search_chunk(part, k), chunk, self._threads)
+            return map_chunks(lambda part: self._search_pipelined(part, k), chunk, self._threads)
 
         if self._workers is not None and self._workers.alive and len(queries) >= PARALLEL_MIN_BATCH:
             return self._workers.map(queries, k, local)
