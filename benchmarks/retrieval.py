@@ -7,13 +7,14 @@ batches for ``--warmup-seconds`` (Lucene's JIT keeps speeding up for seconds), t
 every query (top-10) for at least ``--seconds`` and count queries per second; then single-query
 latency (p50/p99) over the queries. Every corpus is measured once per CPU count of ``--cpus`` (default
 1 and 2): with ``c`` CPUs each backend searches with ``c`` threads, its own way (Pyserini's
-``batch_search(threads=c)``; the impact engine splits a batch's queries across ``c`` processes, itself and
-``c - 1`` workers that open the same memory-mapped index: threads stopped scaling at the Python around its
-kernel), and each search process is pinned to ``c`` CPUs (``--no-pin`` lifts it: the JVM then
-runs its JIT and garbage collector on the other cores). The ratio of a backend is its batch q/s over
-Pyserini's in the same repeat and CPU count; the table gives the median over ``--repeats`` and the range.
-Engines with a compiled kernel (impact, bm25s-numba) are also opened once in a process with empty kernel
-caches: the first process on a machine.
+``batch_search(threads=c)``; the impact engine two ways: ``impact`` splits a batch's queries across ``c``
+processes, itself and ``c - 1`` workers that open the same memory-mapped index, and ``impact-threads`` across ``c``
+threads of one process, its default, which holds one interpreter's memory where the processes hold ``c``; with one
+CPU the two are the same and only ``impact`` runs), and each search process is pinned to ``c`` CPUs
+(``--no-pin`` lifts it: the JVM then runs its JIT and garbage collector on the other cores). The ratio of a
+backend is its batch q/s over Pyserini's in the same repeat and CPU count; the table gives the median over
+``--repeats`` and the range. Engines with a compiled kernel (impact, bm25s-numba) are also opened once in a
+process with empty kernel caches: the first process on a machine.
 
 Memory: peak RSS of the search process (with the impact engine's workers: the sum of theirs, shared pages
 counted in each; ``pss_mb`` splits them), and its split at the end into anonymous memory (the
