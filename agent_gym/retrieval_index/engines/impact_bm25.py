@@ -405,8 +405,10 @@ class ImpactBM25(Retriever):
     ``threads``: queries of a batch are split across this many threads (the kernel releases the GIL);
     default: the CPUs this process may run on. ``processes`` (an index opened with :meth:`open` only): a
     batch is split across this process and ``processes - 1`` workers that open the same memory-mapped index
-    (:class:`~agent_gym.retrieval_index.search_processes.SearchProcesses`), each with one thread; they scale
-    where threads stop, at the Python around the kernel (word lookup, reading the hits' text).
+    (:class:`~agent_gym.retrieval_index.search_processes.SearchProcesses`), each with one thread. Threads are the
+    better default: each runs its share in kernel calls of 32 queries, so its GIL-held Python (word lookup, reading
+    the hits' text) overlaps the other's kernel; on 2 CPUs they measured 1.06-1.11x the processes' q/s at about
+    half their memory (benchmarks/README.md, AMD EPYC).
     """
 
     name = "impact"
