@@ -87,6 +87,10 @@ RECIPES = {
         # start's 9:1 odds for a second search to about 1:8, while the 2-hop side keeps its search
         Variant("grpo_lr5e-5_kl0.3", "GRPO, lr 5e-5, KL 0.3 to the warm start", "grpo",
                 flags=("--lr", "5e-5", "--kl-coef", "0.3", "--kl-reference", WARM)),
+        # the grid's dense-reward cell at the step and KL that kept both habits: a search that finds a gold page not
+        # found before earns 0.1 (at most 0.3 an episode), so a second search pays on 2-hop questions only
+        Variant("grpo_dense_lr5e-5_kl0.3", "GRPO, dense reward, lr 5e-5, KL 0.3 to the warm start", "grpo",
+                reward="dense", flags=("--lr", "5e-5", "--kl-coef", "0.3", "--kl-reference", WARM)),
         # GRPO with KL 0.3 moved both hop counts' decision together (P(search again) 0.46 / 0.60 at step 10,
         # 0.87 / 0.94 at step 20): GiGPO's anchor groups compare "search again" with "answer" from the same
         # context (after the same first search), a signal conditioned on what the first page said
