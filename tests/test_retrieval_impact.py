@@ -106,6 +106,40 @@ def test_compressed_search_returns_exactly_the_top_k_of_the_quantized_scores(see
             assert exact <= {hit.id for hit in hits}
 
 
+def _skewed_corpus(count: int, seed: int) -> list[Document]:
+    """A word in every document, one in a fifth, rare ones in a few hundred: the common lists turn non-essential
+    once the rare rows set the k-th score, and most sub-windows of a dense window cannot reach it."""
+    rng = random.Random(seed)
+    docs = []
+    for row in range(count):
+        words = ["common"] * rng.randint(1, 3) + [rng.choice(WORDS) for _ in range(rng.randint(0, 20))]
+        if rng.random() < 0.2:
+            words.append("band")
+        if rng.random() < 0.01:
+            words.append(f"zeta{rng.randint(0, 9)}")
+        rng.shuffle(words)
+        docs.append(Document(id=f"d{row}", title=f"T{row}", text=" ".join(words)))
+    return docs
+
+
+@pytest.mark.parametrize("block", [65536, 4096])
+def test_pruning_sub_windows_keeps_the_top_k_exact(block: int) -> None:
+    # A dense window adds a non-essential list only into the sub-windows where it can still lift a row past the
+    # k-th score; windows cut short by a block's end (blocks of 4,096) end in a partial sub-window.
+    docs = _skewed_corpus(50_000, 7)
+    queries = ["common band zeta5", "common zeta1 zeta2", "common band", "band common common zeta3 river",
+               "zeta0 common", "common", "common river city born", "film director music band common",
+               "king queen island common band", "lake mountain war school"]
+    with ImpactBM25.from_documents(docs, block=block) as retriever:
+        results = retriever.search(queries, k=10)
+        for query, hits in zip(queries, results, strict=True):
+            expected = _quantized_exhaustive(retriever, query, 10)
+            assert len(hits) == 10
+            assert [hit.score for hit in hits] == pytest.approx([score for _, score in expected], rel=1e-5)
+            exact = {docs[row].id for row, score in expected if score > expected[-1][1] * (1 + 1e-5)}
+            assert exact <= {hit.id for hit in hits}
+
+
 def _long_corpus(count: int, seed: int) -> list[Document]:
     """Documents of 1-400 words, common words repeated up to 30 times: more distinct impacts than a byte codes."""
     rng = random.Random(seed)
