@@ -315,11 +315,14 @@ def summarize(args: argparse.Namespace, variants: Sequence[str]) -> list[dict[st
 
 def publish_adapter(source: Path, name: str) -> Path:
     """Copy an adapter to experiments/checkpoints/NAME with bf16 weights (half the bytes; peft loads them back into
-    fp32 adapters), so `--model smollm2-135m-instruct --adapter DIR` plays it (the tokenizer is the base's)."""
+    fp32 adapters), so `--model smollm2-135m-instruct --adapter DIR` plays it (the tokenizer is the base's); a PPO
+    run's critic beside it goes too, in bf16 (`train --critic-init`, `eval --value-guided`)."""
     import shutil
 
     import torch
     from safetensors.torch import load_file, save_file
+
+    from agent_gym.trainers.critic import CRITIC_FILE
 
     target = ROOT / "experiments" / "checkpoints" / name
     target.mkdir(parents=True, exist_ok=True)
@@ -327,6 +330,10 @@ def publish_adapter(source: Path, name: str) -> Path:
         if item.name == "adapter_model.safetensors":
             tensors = {key: value.to(torch.bfloat16) for key, value in load_file(str(item)).items()}
             save_file(tensors, str(target / item.name), metadata={"format": "pt"})
+        elif item.name == CRITIC_FILE:  # a PPO run's critic, to continue from here and to guide decoding
+            state = torch.load(item, map_location="cpu", weights_only=True)
+            torch.save({key: value.to(torch.bfloat16) if value.is_floating_point() else value
+                        for key, value in state.items()}, target / item.name)
         elif item.name == "adapter_config.json" or item.name.endswith("summary.json"):
             shutil.copy(item, target / item.name)  # the tokenizer is the base model's: loaded from the name
     return target

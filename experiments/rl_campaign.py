@@ -159,6 +159,8 @@ def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: 
                   directory: Path, warm: Path | None = None) -> list[str]:
     """The `agent-gym train` command of one chunk; ``warm`` fills the recipe flags' `WARM` (default: ``start``)."""
     flags = [str(warm or start) if flag == WARM else flag for flag in recipe.flags]
+    if recipe.algo == "ppo" and (start / "critic.pt").is_file():
+        flags = ["--critic-init", str(start / "critic.pt"), *flags]  # a committed PPO run: its critic goes on too
     command = _agent_gym(
         "train", "--env", ENV_ID, "--model", args.model, "--adapter", str(start), "--dtype", "auto",
         "--env-kwargs", json.dumps({**MIX_TRAIN, "reward": recipe.reward}),

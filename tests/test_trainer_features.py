@@ -20,7 +20,7 @@ from support.tiny_model import tiny_model_and_tokenizer
 from agent_gym.spaces import UnicodeText
 from agent_gym.trainers import metrics as m
 from agent_gym.trainers.checkpoint import CheckpointError
-from agent_gym.trainers.config import TrainConfig
+from agent_gym.trainers.config import ConfigError, TrainConfig
 from agent_gym.trainers.critic import LoraValueModel, ValueModel
 from agent_gym.trainers.dynamic_sampling import informative_groups
 from agent_gym.trainers.kind_balance import row_loss_weights, task_kinds
@@ -238,6 +238,35 @@ def test_ppo_with_a_lora_critic_trains_both_and_resumes_the_critic(tmp_path):
     resumed = _trainer(tmp_path / "again", algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4)
     resumed.load_state_dict(state)
     assert all(torch.equal(p, critic_after[n]) for n, p in resumed.critic.named_parameters())
+
+
+def test_critic_init_starts_ppo_from_a_published_bf16_critic_and_refuses_a_mismatch(tmp_path):
+    trainer = _trainer(tmp_path, algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4, critic_lr=1e-2)
+    trainer.train_step()
+    trainer.train_step()
+    saved = tmp_path / "critic.pt"
+    trainer.critic.save(saved)
+    state = torch.load(saved, weights_only=True)
+    published = tmp_path / "published.pt"  # as the campaign commits it: bf16 weights, the rank kept
+    torch.save({key: value.to(torch.bfloat16) if value.is_floating_point() else value for key, value in state.items()},
+               published)
+    trained = dict(trainer.critic.named_parameters())
+    started = _trainer(tmp_path / "again", algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4,
+                       critic_init=str(published))
+    for name, parameter in started.critic.named_parameters():
+        assert parameter.dtype == torch.float32
+        assert torch.equal(parameter, trained[name].detach().to(torch.bfloat16).float())
+    assert started.critic.value_head.weight.abs().sum() > 0  # not the zero head a fresh critic starts from
+    with pytest.raises(ConfigError, match="rank 8"):
+        _trainer(tmp_path / "rank", algo="ppo", critic="lora", critic_lora_rank=8, lora_rank=4,
+                 critic_init=str(published))
+    with pytest.raises(ConfigError, match="full"):
+        _trainer(tmp_path / "full", algo="ppo", critic="full", lora_rank=4, critic_init=str(published))
+    with pytest.raises(ConfigError, match="no critic file"):
+        _trainer(tmp_path / "missing", algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4,
+                 critic_init=str(tmp_path / "none.pt"))
+    with pytest.raises(ConfigError, match="has none"):
+        TrainConfig(algo="grpo", critic_init=str(published))
 
 
 def test_the_critic_runs_in_the_updates_bf16_with_its_head_in_fp32_after_the_policys_backward(tmp_path):

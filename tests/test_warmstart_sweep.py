@@ -112,6 +112,15 @@ def test_a_recipe_flag_overrides_the_campaign_setting_it_repeats(tmp_path: Path)
     assert ppo[ppo.index("--algo") + 1] == "ppo" and ppo[ppo.index("--critic") + 1] == "lora"
     assert ppo[ppo.index("--kl-reference") + 1] == str(tmp_path / "warm75")
     assert [ppo[i + 1] for i, flag in enumerate(ppo) if flag == "--lr"][-1] == "5e-5"
+    assert "--critic-init" not in ppo  # nothing committed beside the adapter: the critic starts from zero
+    (tmp_path / "rl-committed").mkdir()
+    (tmp_path / "rl-committed" / "critic.pt").write_bytes(b"")
+    ppo = rl_campaign.train_command(args, tmp_path / "rl-committed", rl_campaign.RECIPES["ppo_lr5e-5_kl0.3"], 0, 5,
+                                    tmp_path, warm=tmp_path / "warm75")
+    assert ppo[ppo.index("--critic-init") + 1] == str(tmp_path / "rl-committed" / "critic.pt")
+    grpo = rl_campaign.train_command(args, tmp_path / "rl-committed", rl_campaign.RECIPES["grpo_lr5e-5_kl0.3"], 0, 5,
+                                     tmp_path, warm=tmp_path / "warm75")
+    assert "--critic-init" not in grpo
 
 
 def test_a_campaign_on_vllm_runs_its_train_processes_in_the_vllm_venv(tmp_path: Path) -> None:
@@ -361,6 +370,28 @@ def test_the_campaign_summary_replaces_only_the_runs_it_has_and_reuses_the_publi
     assert [r["run"] for r in published] == ["sweep-e3-warm5", "rl-grpo-e3-s0", "rl-grpo-e3-s1"]
     assert plotted == [["rl-grpo-e3-s0", "rl-grpo-e3-s1"]]
     assert "(n=2)" in (results / "rl_table_e3.md").read_text()  # both seeds in the table
+
+
+def test_a_published_ppo_run_carries_its_critic_in_bf16(tmp_path: Path, monkeypatch) -> None:
+    import real_model
+    import torch
+    from safetensors.torch import save_file
+
+    source = tmp_path / "final"
+    source.mkdir()
+    save_file({"lora_A": torch.ones(2, 3)}, str(source / "adapter_model.safetensors"))
+    (source / "adapter_config.json").write_text("{}")
+    torch.save({"value_head.weight": torch.full((1, 3), 0.1), "lora_rank": torch.tensor(4)}, source / "critic.pt")
+    (source / "trainer_state.pt").write_bytes(b"not published")
+    monkeypatch.setattr(real_model, "ROOT", tmp_path)
+
+    target = real_model.publish_adapter(source, "rl-ppo-s1")
+
+    assert sorted(path.name for path in target.iterdir()) == ["adapter_config.json", "adapter_model.safetensors",
+                                                             "critic.pt"]
+    critic = torch.load(target / "critic.pt", weights_only=True)
+    assert critic["value_head.weight"].dtype == torch.bfloat16 and int(critic["lora_rank"]) == 4
+    assert torch.allclose(critic["value_head.weight"].float(), torch.full((1, 3), 0.1), rtol=1e-2)
 
 
 def test_a_run_resumed_from_the_repository_publishes_its_whole_history(tmp_path: Path, monkeypatch) -> None:

@@ -284,6 +284,14 @@ class TrainConfig:
     critic_lora_rank: int = field(
         default=16, metadata=_help("Rank of the lora critic's adapters (alpha = 2 x rank, as lora_alpha's default).")
     )
+    critic_init: str = field(
+        default="",
+        metadata=_help(
+            "Start PPO's critic from this critic.pt (a run's final/ directory, or a published adapter's, written "
+            "beside it) instead of a zero value head, e.g. to continue a run from its committed adapter. Its kind "
+            "(full or lora) and rank must be the critic's."
+        ),
+    )
     weight_decay: float = field(default=0.01, metadata=_help("AdamW weight decay (verl default 0.01)."))
     lr_schedule: Literal["constant", "cosine"] = field(
         default="constant", metadata=_help("LR schedule after warmup (verl default constant).")
@@ -537,6 +545,8 @@ class TrainConfig:
             )
         if not self.kl_reference.strip():
             raise ConfigError("kl_reference must be base, start or a LoRA adapter directory, got ''")
+        if self.critic_init and not estimator.needs_critic:
+            raise ConfigError(f"critic_init starts PPO's critic; algo={self.algo} has none")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         if self.lora_layers < 0 or (self.lora_layers and not self.lora_rank):

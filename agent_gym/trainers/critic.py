@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from agent_gym.trainers.packed_forward import packed_values
 
-__all__ = ["CRITIC_FILE", "LoraValueModel", "ValueModel", "critic_from_policy"]
+__all__ = ["CRITIC_FILE", "LoraValueModel", "ValueModel", "critic_from_policy", "load_critic_state"]
 
 CRITIC_FILE = "critic.pt"  # beside the policy in a run's final/ directory
 
@@ -244,3 +244,19 @@ def critic_from_policy(policy: torch.nn.Module, kind: str, lora_rank: int = 16) 
     if kind == "lora":
         return LoraValueModel(policy, lora_rank)
     return ValueModel.from_policy(policy)
+
+
+def load_critic_state(critic: ValueModel | LoraValueModel, path: str | Path) -> None:
+    """Load the weights of a critic saved by ``save`` (fp32, or bf16 as the campaign publishes them) into
+    ``critic``, which must be of the saved one's kind and rank: how a PPO run continued from a committed adapter
+    keeps the critic it trained (``TrainConfig.critic_init``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no critic file at {path}")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    saved = f"lora (rank {int(state[_LORA_RANK_KEY])})" if _LORA_RANK_KEY in state else "full"
+    wanted = f"lora (rank {critic.rank})" if isinstance(critic, LoraValueModel) else "full"
+    if saved != wanted:
+        raise ValueError(f"{path} holds a {saved} critic; this run's critic is {wanted}")
+    # load_state_dict copies into the critic's own tensors, casting a bf16 file to their dtype
+    critic.load_state_dict({key: value for key, value in state.items() if key != _LORA_RANK_KEY})

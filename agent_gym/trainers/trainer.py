@@ -60,7 +60,13 @@ from agent_gym.trainers.checkpoint import (
     trainable_state_dict,
 )
 from agent_gym.trainers.config import ConfigError, TrainConfig
-from agent_gym.trainers.critic import CRITIC_FILE, LoraValueModel, ValueModel, critic_from_policy
+from agent_gym.trainers.critic import (
+    CRITIC_FILE,
+    LoraValueModel,
+    ValueModel,
+    critic_from_policy,
+    load_critic_state,
+)
 from agent_gym.trainers.dynamic_sampling import fill_with_informative_groups, round_seed
 from agent_gym.trainers.kind_balance import (
     balance_weights,
@@ -198,6 +204,11 @@ class Trainer:
             # On the policy as it trains (its adapter included), built after every copy of the model above, so
             # no copy carries the critic's hooks.
             self.critic = critic_from_policy(self.model, "lora", config.critic_lora_rank).to(self.device)
+        if self.critic is not None and config.critic_init:  # a resumed run's checkpoint replaces it later
+            try:
+                load_critic_state(self.critic, config.critic_init)
+            except (FileNotFoundError, ValueError) as error:
+                raise ConfigError(f"critic_init: {error}") from None
         if config.lean_activations:  # on the trained model only: every copy above samples or scores without grad
             install_lean_activations(self.model)
 
