@@ -45,7 +45,7 @@ except ImportError:  # msgspec comes with the retrieval extra
     _decode_fields = None
 
 
-def _fields(line: bytes) -> tuple[str, str, str]:
+def _decode_line(line: bytes) -> tuple[str, str, str]:
     """A store line's id, title and text."""
     if _decode_fields is not None:
         try:
@@ -269,7 +269,7 @@ class DocStore(Sequence[Document]):
         start, end = int(self._offsets[row]), int(self._offsets[row + 1])
         if self._file.closed:  # its descriptor number may already belong to another file
             raise InvalidValue("read from a closed document store")
-        return _fields(os.pread(self._fd, end - start, start) if self._fd is not None else self._map[start:end])
+        return _decode_line(os.pread(self._fd, end - start, start) if self._fd is not None else self._map[start:end])
 
     def hits(self, rows: Iterable[int], scores: Iterable[float]) -> list[Hit]:
         """:func:`make_hits` for this store, without building a :class:`Document` per hit."""
