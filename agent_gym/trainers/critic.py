@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agent_gym.error import InvalidValue
 from agent_gym.trainers.packed_forward import packed_values
 
 __all__ = ["CRITIC_FILE", "LoraValueModel", "ValueModel", "critic_from_policy", "load_critic_state"]
@@ -257,6 +258,6 @@ def load_critic_state(critic: ValueModel | LoraValueModel, path: str | Path) -> 
     saved = f"lora (rank {int(state[_LORA_RANK_KEY])})" if _LORA_RANK_KEY in state else "full"
     wanted = f"lora (rank {critic.rank})" if isinstance(critic, LoraValueModel) else "full"
     if saved != wanted:
-        raise ValueError(f"{path} holds a {saved} critic; this run's critic is {wanted}")
+        raise InvalidValue(f"{path} holds a {saved} critic; this run's critic is {wanted}")
     # load_state_dict copies into the critic's own tensors, casting a bf16 file to their dtype
     critic.load_state_dict({key: value for key, value in state.items() if key != _LORA_RANK_KEY})
