@@ -7,14 +7,17 @@ import json
 import lzma
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from agent_gym.error import IndexOutOfRange, InvalidValue
 from agent_gym.retrieval_index.corpus import (
     DocStore,
     Document,
     corpus_checksum,
     iter_corpus,
     load_corpus,
+    make_hit_lists,
     make_hits,
     write_corpus,
 )
@@ -156,3 +159,29 @@ def test_make_hits_keeps_order_and_scores() -> None:
     hits = make_hits(DOCS, [2, 0], [3.5, 1.0])
     assert [(hit.id, hit.score) for hit in hits] == [("d3", 3.5), ("d1", 1.0)]
     assert hits[1].title == "Ed Wood"
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_make_hit_lists_splits_a_batch_by_its_counts(tmp_path: Path, stored: bool) -> None:
+    # A batch's rows and scores come as (queries, k) arrays with a count each (the impact kernel's output).
+    if stored:
+        DocStore.write(DOCS, tmp_path)
+    docs = DocStore(tmp_path) if stored else DOCS
+    rows = np.array([[2, 0, 1], [1, 7, 7], [7, 7, 7]], dtype=np.int32)  # 7: past the counts, never read
+    scores = np.array([[3.5, 2.0, 1.0], [0.5, 9.0, 9.0], [9.0, 9.0, 9.0]], dtype=np.float32)
+    lists = make_hit_lists(docs, rows, scores, np.array([3, 1, 0], dtype=np.int32))
+    assert [[(hit.id, hit.score) for hit in hits] for hits in lists] == [
+        [("d3", 3.5), ("d1", 2.0), ("d2", 1.0)], [("d2", 0.5)], []]
+    assert lists[0][0] == make_hits(docs, [2], [3.5])[0]
+
+
+def test_a_stored_batch_with_a_row_out_of_range_is_a_clear_error(tmp_path: Path) -> None:
+    DocStore.write(DOCS, tmp_path)
+    store = DocStore(tmp_path)
+    with pytest.raises(IndexOutOfRange, match="row 3 out of range"):
+        store.hit_lists(np.array([[0, 3]]), np.array([[1.0, 1.0]]), np.array([2]))
+    with pytest.raises(IndexOutOfRange, match="row -1 out of range"):
+        store.hits([-1], [1.0])
+    store.close()
+    with pytest.raises(InvalidValue, match="closed"):
+        store.hits([0], [1.0])

@@ -140,6 +140,49 @@ def test_pruning_sub_windows_keeps_the_top_k_exact(block: int) -> None:
             assert exact <= {hit.id for hit in hits}
 
 
+def _two_rare_words_corpus(count: int, seed: int) -> list[Document]:
+    """Two words in one document in two hundred each, a third in most: windows whose candidates come from two
+    interleaved lists, with fewer rows holding both than the top k, so rows holding one look the third up."""
+    rng = random.Random(seed)
+    docs = []
+    for row in range(count):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(1, 12))]
+        if rng.random() < 0.6:
+            words += ["common"] * rng.randint(1, 4)
+        for rare in ("alpha", "beta"):
+            if rng.random() < 0.005:
+                words.append(rare)
+        rng.shuffle(words)
+        docs.append(Document(id=f"d{row}", title=f"T{row}", text=" ".join(words)))
+    return docs
+
+
+def test_sparse_windows_score_the_rows_of_several_lists_in_row_order() -> None:
+    # A sparse window's candidates arrive list by list; scored out of row order, a later lower row would find
+    # the non-essential lists' cursors already past it and lose their impacts.
+    docs = _two_rare_words_corpus(40_000, 11)
+    queries = ["alpha beta common", "beta alpha common river", "alpha beta common common city"]
+    with ImpactBM25.from_documents(docs) as retriever:
+        for query, hits in zip(queries, retriever.search(queries, k=10), strict=True):
+            expected = _quantized_exhaustive(retriever, query, 10)
+            assert [hit.score for hit in hits] == pytest.approx([score for _, score in expected], rel=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_merging_a_run_keeps_the_rows_ascending(seed: int) -> None:
+    from agent_gym.retrieval_index.engines._impact_kernel import _merge_run
+
+    rng = np.random.default_rng(seed)
+    runs = [np.sort(rng.integers(0, 500, rng.integers(0, 20))) for _ in range(rng.integers(1, 6))]
+    rows = np.concatenate(runs).astype(np.int64)
+    scratch = np.empty(len(rows), dtype=np.int64)
+    start = 0
+    for run in runs:
+        _merge_run(rows, start, start + len(run), scratch)
+        start += len(run)
+        assert np.array_equal(rows[:start], np.sort(np.concatenate(runs)[:start]))
+
+
 def _long_corpus(count: int, seed: int) -> list[Document]:
     """Documents of 1-400 words, common words repeated up to 30 times: more distinct impacts than a byte codes."""
     rng = random.Random(seed)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import hashlib
+import itertools
 import json
 import lzma
 import mmap
@@ -64,6 +65,7 @@ __all__ = [
     "corpus_checksum",
     "iter_corpus",
     "load_corpus",
+    "make_hit_lists",
     "make_hits",
     "write_corpus",
 ]
@@ -273,15 +275,37 @@ class DocStore(Sequence[Document]):
 
     def hits(self, rows: Iterable[int], scores: Iterable[float]) -> list[Hit]:
         """:func:`make_hits` for this store, without building a :class:`Document` per hit."""
+        rows, scores = list(rows), list(scores)
+        if len(rows) != len(scores):
+            raise InvalidValue(f"{len(rows)} rows but {len(scores)} scores")
+        return self._read_hits(np.asarray(rows, dtype=np.int64), [float(score) for score in scores])
+
+    def hit_lists(self, rows: np.ndarray, scores: np.ndarray, counts: np.ndarray) -> list[list[Hit]]:
+        """:func:`make_hit_lists` for this store: one gather of the offsets for a whole batch."""
+        keep = np.arange(rows.shape[1]) < np.asarray(counts)[:, None]
+        flat = self._read_hits(np.asarray(rows)[keep].astype(np.int64), np.asarray(scores)[keep].tolist())
+        bounds = [0, *np.cumsum(counts).tolist()]
+        return [flat[start:stop] for start, stop in itertools.pairwise(bounds)]
+
+    def _read_hits(self, rows: np.ndarray, scores: list[float]) -> list[Hit]:
+        """The hits of ``rows`` with ``scores``: their offsets in one gather, then a read and a decode each (1.7
+        against 2.7 us a hit with a gather per hit, wiki-100k; AMD EPYC)."""
+        if len(rows) == 0:
+            return []
         count = len(self)
-        hits = []
-        for row, score in zip(rows, scores, strict=True):
-            row = int(row)
-            if not 0 <= row < count:
-                raise IndexOutOfRange(f"document row {row} out of range (store has {count})")
-            doc_id, title, text = self._fields(row)
-            hits.append(Hit(doc_id, title, text, float(score)))  # positional: 0.15 us a hit less
-        return hits
+        if int(rows.min()) < 0 or int(rows.max()) >= count:
+            bad = int(rows.min()) if int(rows.min()) < 0 else int(rows.max())
+            raise IndexOutOfRange(f"document row {bad} out of range (store has {count})")
+        if self._file.closed:  # its descriptor number may already belong to another file
+            raise InvalidValue("read from a closed document store")
+        starts, ends = self._offsets[rows].tolist(), self._offsets[rows + 1].tolist()
+        if self._fd is not None:
+            fd, pread = self._fd, os.pread
+            return [Hit(*_decode_line(pread(fd, end - start, start)), score)  # positional: 0.15 us a hit less
+                    for start, end, score in zip(starts, ends, scores, strict=True)]
+        data = self._map
+        return [Hit(*_decode_line(data[start:end]), score)
+                for start, end, score in zip(starts, ends, scores, strict=True)]
 
     def close(self) -> None:
         """Release the memory map and file handle; idempotent."""
@@ -300,3 +324,13 @@ def make_hits(docs: Sequence[Document], rows: Iterable[int], scores: Iterable[fl
         doc = docs[int(row)]
         hits.append(Hit(id=doc.id, title=doc.title, text=doc.text, score=float(score)))
     return hits
+
+
+def make_hit_lists(
+    docs: Sequence[Document], rows: np.ndarray, scores: np.ndarray, counts: np.ndarray
+) -> list[list[Hit]]:
+    """:func:`make_hits` for a batch: query ``i``'s hits are ``rows[i, :counts[i]]`` with ``scores[i, :counts[i]]``."""
+    if isinstance(docs, DocStore):
+        return docs.hit_lists(rows, scores, counts)
+    return [make_hits(docs, rows[i, :count].tolist(), scores[i, :count].tolist())
+            for i, count in enumerate(np.asarray(counts).tolist())]

@@ -224,6 +224,29 @@ def _score_sparse(
     return size
 
 
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _merge_run(rows: np.ndarray, start: int, stop: int, scratch: np.ndarray) -> None:
+    """Merge the ascending run ``rows[start:stop]`` into the ascending ``rows[:start]``, from the back.
+
+    A sparse window's candidates are a few such runs, one per list; merging them as they come took a third of
+    the time of sorting them (numba's quicksort: 8 % of wiki-100k's kernel, perf).
+    """
+    count = stop - start
+    for index in range(count):
+        scratch[index] = rows[start + index]
+    left = start - 1
+    right = count - 1
+    write = stop - 1
+    while right >= 0:
+        if left >= 0 and rows[left] > scratch[right]:
+            rows[write] = rows[left]
+            left -= 1
+        else:
+            rows[write] = scratch[right]
+            right -= 1
+        write -= 1
+
+
 @numba.njit(cache=True, nogil=True, inline="always", _nrt=False)
 def _part_maxima(buffer_bits: np.ndarray, submax_bits: np.ndarray, first: int, stop: int, span: int) -> None:
     """The best sum of each sub-window ``first .. stop - 1``, into ``submax_bits``. The sums are >= 0, and
@@ -391,6 +414,7 @@ def _search_one(
     no_row = np.int64(1) << 40
     window_start = np.empty(m, dtype=np.int64)
     candidates = np.empty(_WINDOW // _SPARSE_RATIO, dtype=np.int64)  # a sparse window's rows: fewer than this
+    scratch = np.empty(_WINDOW // _SPARSE_RATIO, dtype=np.int64)
     submax = np.empty(_WINDOW // _SUB, dtype=np.float32)  # a dense window's best sum in each sub-window
     submax_bits = submax.view(np.int32)
     buffer_bits = buffer.view(np.int32)
@@ -416,11 +440,13 @@ def _search_one(
             # Few rows: score each, in row order, with galloping lookups into the other lists.
             filled = 0
             for slot in range(first_essential, m):
+                run = filled
                 for at in range(window_start[slot], position[slot]):
                     candidates[filled] = block_base + np.int64(low[at])
                     filled += 1
+                if run > 0 and filled > run and candidates[run] < candidates[run - 1]:
+                    _merge_run(candidates, run, filled, scratch)
             rows = candidates[:filled]
-            rows.sort()
             size = _score_sparse(rows, buffer, base, first_essential, bound, threshold, position, seg, seg_stop, end,
                                  code_base, weight, seg_pos, seg_block, block, low, quant, codebook, heap_scores,
                                  heap_rows, size, k, seeded)

@@ -61,7 +61,7 @@ from agent_gym.retrieval_index.base import (
     documents_list,
     map_chunks,
 )
-from agent_gym.retrieval_index.corpus import DocStore, Document, make_hits
+from agent_gym.retrieval_index.corpus import DocStore, Document, make_hit_lists
 from agent_gym.retrieval_index.engines.english_analyzer import EnglishAnalyzer
 from agent_gym.retrieval_index.search_processes import SearchProcesses
 
@@ -600,8 +600,7 @@ class ImpactBM25(Retriever):
         counts = np.empty(len(queries), dtype=np.int32)
         self._kernel(np.asarray(flat, dtype=np.int32), np.asarray(starts, dtype=np.int64), *self._arrays,
                      self._block, k, rows, scores, counts)
-        return [make_hits(self._docs, rows[i, : counts[i]].tolist(), scores[i, : counts[i]].tolist())
-                for i in range(len(queries))]
+        return make_hit_lists(self._docs, rows, scores, counts)
 
     def _search_pipelined(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         """:meth:`_search_chunk` over runs of :data:`_PIPELINE` queries: a thread's word lookups and hit reads (which
