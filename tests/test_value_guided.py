@@ -112,3 +112,28 @@ def test_turn_values_read_the_value_at_each_sequences_last_token(model_dir) -> N
     # two forwards of different shapes: equal to fp32 rounding (a few 1e-6 on values near 1), not bit for bit
     assert critic.turn_values([[5, 6, 7], [5, 6, 7, 8, 9]]) == pytest.approx([float(full[2]), float(full[4])],
                                                                                rel=1e-5, abs=1e-5)
+
+
+def test_a_published_adapters_critic_loads_from_beside_the_adapter_in_bf16(model_dir, tmp_path) -> None:
+    # experiments/checkpoints/rl-ppo-*: the policy's LoRA adapter and its LoRA critic, both in bf16, no model.
+    from agent_gym.trainers.critic import LoraValueModel
+    from agent_gym.warmstart.sft import SFTConfig, prepare_sft_model
+
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    peft_model = prepare_sft_model(model, SFTConfig(lora_rank=4, lora_alpha=8))
+    peft_model.save_pretrained(tmp_path / "adapter")
+    critic = LoraValueModel(peft_model, rank=4)
+    with torch.no_grad():
+        for parameter in critic.parameters():
+            parameter.copy_(torch.randn(parameter.shape) * 0.05)
+    state = {key: value.to(torch.bfloat16) for key, value in critic.state_dict().items()}
+    torch.save({**state, "lora_rank": torch.tensor(4)}, tmp_path / "adapter" / CRITIC_FILE)
+    policy = ModelPolicy.from_pretrained(model_dir, adapter=tmp_path / "adapter", candidates=2, select="value",
+                                         max_new_tokens=6)
+    sequences = [[5, 6, 7], [5, 6, 7, 8, 9]]
+    expected = critic.eval().turn_values(sequences)
+    assert expected[0] != expected[1]
+    assert policy.critic.turn_values(sequences) == pytest.approx(expected, rel=0.05, abs=0.02)  # bf16 weights
+    with pytest.raises(ModelPolicyError, match=f"no {CRITIC_FILE} in .*adapter"):
+        (tmp_path / "adapter" / CRITIC_FILE).unlink()
+        ModelPolicy.from_pretrained(model_dir, adapter=tmp_path / "adapter", candidates=2, select="value")

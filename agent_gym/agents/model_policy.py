@@ -115,10 +115,15 @@ class ModelPolicy:
         model, tokenizer = load_model_and_tokenizer(path, dtype=dtype, adapter=adapter, progress=progress)
         path = Path(path)
         if kwargs.get("select") == "value" and kwargs.get("candidates", 1) > 1 and kwargs.get("critic") is None:
-            if not (path / CRITIC_FILE).is_file():
-                raise ModelPolicyError(f"{path} has no {CRITIC_FILE}: value-guided decoding needs the critic of a "
-                                       "PPO run (`agent-gym train --algo ppo` saves it in OUTPUT_DIR/final)")
-            kwargs["critic"] = ValueModel.load(path / CRITIC_FILE, model)
+            # A PPO run's final/ holds its critic beside the policy; a published adapter (experiments/checkpoints)
+            # beside the adapter, in bf16. The adapter's own critic first: it was trained beside that adapter.
+            places = ([Path(adapter)] if adapter is not None else []) + [path]
+            found = next((place / CRITIC_FILE for place in places if (place / CRITIC_FILE).is_file()), None)
+            if found is None:
+                raise ModelPolicyError(
+                    f"no {CRITIC_FILE} in {' or '.join(map(str, places))}: value-guided decoding needs the critic of "
+                    "a PPO run (`agent-gym train --algo ppo` saves it in OUTPUT_DIR/final)")
+            kwargs["critic"] = ValueModel.load(found, model)
         return cls(model, tokenizer, **kwargs)
 
     def begin(self, env: Any, observation: str, info: dict[str, Any]) -> None:
