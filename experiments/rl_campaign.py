@@ -48,6 +48,7 @@ from agent_gym.jsonl import iter_jsonl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning import ENV_ID, ROOT, Timings, Variant, _agent_gym, _run, fresh_flags  # noqa: E402
 from real_model import MAX_NEW_TOKENS, MODEL, TRAIN_ENV, publish_adapter  # noqa: E402
+from real_model import transfer as play_transfer  # noqa: E402
 from warmstart_sweep import HELD_OUT, play_groups, results_path, sweep_tag, warm_name  # noqa: E402
 from warmstart_sweep import run_name as sweep_run_name  # noqa: E402
 
@@ -522,6 +523,45 @@ def plot(records: Sequence[dict[str, Any]], warm: dict[str, float], tag: str = "
     plt.close(fig)
 
 
+def transfer_agents(args: argparse.Namespace, warm_label: str, warm: Path) -> dict[str, dict[str, Any]]:
+    """The agents of the transfer table: the model zero-shot and with naive RAG, the warm start, and every run of
+    ``--recipes`` x ``--seeds`` with a published adapter (experiments/checkpoints/rl-RUN)."""
+    agents: dict[str, dict[str, Any]] = {"zero-shot": {"model": args.model},
+                                         "naive RAG": {"model": args.model, "naive_rag": True},
+                                         f"warm start ({warm_label})": {"model": warm}}
+    for recipe in args.recipes:
+        for seed in args.seeds:
+            name = run_name(recipe, seed, args.tag)
+            adapter = CHECKPOINTS / f"rl-{name}"
+            if (adapter / "adapter_config.json").is_file():
+                agents[f"{name} (step {steps_done(adapter)})"] = {"model": adapter}
+    return agents
+
+
+def transfer_table(results: dict[str, dict[str, Any]], agents: Sequence[str]) -> str:
+    """Markdown: an agent a row, EM / F1 on each dataset's sample."""
+    datasets = list(dict.fromkeys(key.split(" | ")[1] for key in results))
+    lines = ["| agent | " + " | ".join(f"{name} EM / F1" for name in datasets) + " |",
+             "|---|" + "---|" * len(datasets)]
+    for agent in agents:
+        cells = [results.get(f"{agent} | {name}") for name in datasets]
+        lines.append(f"| {agent} | " + " | ".join(f"{c['em']:.3f} / {c['f1']:.3f}" if c else "—" for c in cells)
+                     + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_transfer(args: argparse.Namespace, warm_label: str, warm: Path, timings: Timings) -> None:
+    """Zero-shot transfer to the real datasets' samples (HotpotQA, 2Wiki, MuSiQue; BM25 over each question's own
+    paragraphs), greedy, ``--transfer-questions`` each: cached cell by cell in OUT/transfer.json, then
+    docs/results/transfer{tag}.json and transfer_table{tag}.md."""
+    agents = transfer_agents(args, warm_label, warm)
+    results = play_transfer(argparse.Namespace(out=args.out, transfer_episodes=args.transfer_questions), agents,
+                            timings)
+    played = {key: value for key, value in results.items() if key.split(" | ")[0] in agents}
+    _write_json(results_file("transfer.json", args.tag), played)
+    results_file("transfer_table.md", args.tag).write_text(transfer_table(played, list(agents)))
+
+
 def _write_json(path: Path, value: Any) -> None:
     """Write atomically: a kill mid-write leaves the old file, never an empty one."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -565,6 +605,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--from-repo", action="store_true",
                         help="continue runs from their committed adapters where no run directory exists")
     parser.add_argument("--summarize", action="store_true", help="records, table and curves only")
+    parser.add_argument("--transfer", action="store_true",
+                        help="only the transfer table: zero-shot, naive RAG, the warm start and the published "
+                             "adapters of --recipes x --seeds on the real datasets' samples")
+    parser.add_argument("--transfer-questions", type=int, default=100, help="questions of each dataset sample")
     args = parser.parse_args(argv)
     args.sweep_out = args.sweep_out or str(Path.home() / "agent-gym-runs" / f"sweep{sweep_tag(args.sweep_epochs)}")
     args.tag = campaign_tag(args.sweep_epochs, args.warm, sweep_choice(args))
@@ -573,6 +617,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     timings = Timings(out)
     warm_label, warm = chosen_warm_start(args)
     print(f"warm start: {warm_label} ({warm})", flush=True)
+    if args.transfer:
+        run_transfer(args, warm_label, warm, timings)
+        return 0
     # step 0 of every curve: the warm start itself, played once
     curve_point(args, out / f"{warm_label}_curve.json", warm, 0)
     if not args.summarize:

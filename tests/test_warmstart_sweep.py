@@ -431,3 +431,27 @@ def test_a_warm_start_trained_in_another_sitting_gets_its_record_from_the_commit
     record = sweep.record(args, 25, evaluation)
     assert record["run"] == "sweep-e3-warm25" and record["sft"] == {"episodes": 160, "steps": 120, "final_loss": 0.05}
     assert record["final_em"]["greedy_mix"] == 0.5 and record["two_hop_share"] == 0.25
+
+
+def test_the_transfer_table_plays_the_baselines_the_warm_start_and_each_published_run(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    import argparse
+
+    import rl_campaign
+
+    monkeypatch.setattr(rl_campaign, "CHECKPOINTS", tmp_path)
+    published = tmp_path / "rl-ppo_lr5e-5_kl0.3-e3-s1"
+    published.mkdir()
+    (published / "adapter_config.json").write_text("{}")
+    (published / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (49, 50)))
+    (tmp_path / "rl-ppo_lr5e-5_kl0.3-e3-s2").mkdir()  # started, nothing published: not an agent yet
+    args = argparse.Namespace(model="smollm2-135m-instruct", recipes=["ppo_lr5e-5_kl0.3"], seeds=[1, 2], tag="-e3")
+    agents = rl_campaign.transfer_agents(args, "warm75", tmp_path / "warm75")
+    assert list(agents) == ["zero-shot", "naive RAG", "warm start (warm75)",
+                            "ppo_lr5e-5_kl0.3-e3-s1 (step 50)"]
+    assert agents["naive RAG"] == {"model": "smollm2-135m-instruct", "naive_rag": True}
+    assert agents["ppo_lr5e-5_kl0.3-e3-s1 (step 50)"] == {"model": published}
+    table = rl_campaign.transfer_table({"zero-shot | HotpotQA": {"em": 0.1, "f1": 0.25},
+                                        "zero-shot | MuSiQue": {"em": 0.0, "f1": 0.05}}, ["zero-shot", "naive RAG"])
+    assert table.splitlines() == ["| agent | HotpotQA EM / F1 | MuSiQue EM / F1 |", "|---|---|---|",
+                                  "| zero-shot | 0.100 / 0.250 | 0.000 / 0.050 |", "| naive RAG | — | — |"]
