@@ -63,7 +63,8 @@ class EvalConfig:
         "help": "with --model: sample N turns each turn, play the one the policy finds likeliest"})
     value_guided: int | None = field(default=None, metadata={
         "exclusive": "decoding", "metavar": "N",
-        "help": "with --model RUN of a PPO run: sample N turns each turn, play the one its critic values most "
+        "help": "with --model RUN of a PPO run (or --adapter DIR of a published one, its critic.pt beside it): "
+                "sample N turns each turn, play the one its critic values most "
                 "(the value at the turn's last token)"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of those N turns"})
     max_new_tokens: int = field(default=256, metadata={

@@ -562,6 +562,48 @@ def run_transfer(args: argparse.Namespace, warm_label: str, warm: Path, timings:
     results_file("transfer_table.md", args.tag).write_text(transfer_table(played, list(agents)))
 
 
+def run_value_guided(args: argparse.Namespace, timings: Timings) -> None:
+    """Value-guided decoding with each published PPO run's critic (measured, no target): on ``--vg-questions``
+    held-out questions of each hop count (world 7), greedy, best-of-N by the policy's log-likelihood, and
+    value-guided N (the critic's pick, ``eval --value-guided``); EM, searches and the tokens each costs. Cached
+    cell by cell in docs/results/value_guided{tag}.json (a killed cell plays again)."""
+    n = args.value_guided
+    path = results_file("value_guided.json", args.tag)
+    results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    for recipe in args.recipes:
+        for seed in args.seeds:
+            name = run_name(recipe, seed, args.tag)
+            adapter = CHECKPOINTS / f"rl-{name}"
+            if not (adapter / "critic.pt").is_file():
+                continue
+            step = steps_done(adapter)
+            for hops in (1, 2):
+                for label, flags in (("greedy", []), (f"best-of-{n}", ["--best-of", str(n)]),
+                                     (f"value-guided-{n}", ["--value-guided", str(n)])):
+                    key = f"{name} (step {step}) | {hops}-hop | {label}"
+                    if key in results:
+                        continue
+                    started = time.perf_counter()
+                    played = Path(args.out) / "value_guided" / f"{name}-step{step}-{hops}hop-{label}.jsonl"
+                    _run(_agent_gym("eval", ENV_ID, "--model", args.model, "--adapter", str(adapter), *flags,
+                                    "--episodes", str(args.vg_questions), "--seed", "0",
+                                    "--env-kwargs", json.dumps({**CURVE_WORLD, "hops": hops}),
+                                    "--max-new-tokens", str(MAX_NEW_TOKENS), "--torch-threads", "1",
+                                    "--out", str(played), "--no-progress"),
+                         played.with_suffix(".log"), f"eval {key}", 1)
+                    lines = played.read_text(encoding="utf-8").splitlines()
+                    records = [record for _, record in iter_jsonl(lines, played)]
+                    results[key] = {
+                        "em": statistics.mean(float(r["em"] or 0.0) for r in records), "episodes": len(records),
+                        "searches": statistics.mean(r["tool_calls"] for r in records),
+                        "tokens_per_episode": statistics.mean(r["generated_tokens"] or 0 for r in records),
+                        "seconds_per_episode": statistics.mean(r["seconds"] for r in records),
+                        "device": device_label()}
+                    _write_json(path, results)
+                    print(f"value-guided {key}: {json.dumps(results[key])}", flush=True)
+                    timings.record(f"value-guided {key}", time.perf_counter() - started)
+
+
 def _write_json(path: Path, value: Any) -> None:
     """Write atomically: a kill mid-write leaves the old file, never an empty one."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -609,6 +651,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="only the transfer table: zero-shot, naive RAG, the warm start and the published "
                              "adapters of --recipes x --seeds on the real datasets' samples")
     parser.add_argument("--transfer-questions", type=int, default=100, help="questions of each dataset sample")
+    parser.add_argument("--value-guided", type=int, default=0, metavar="N",
+                        help="only value-guided decoding: greedy, best-of-N and the critic's pick of N with each "
+                             "published PPO run of --recipes x --seeds")
+    parser.add_argument("--vg-questions", type=int, default=64, help="held-out questions of each hop count")
     args = parser.parse_args(argv)
     args.sweep_out = args.sweep_out or str(Path.home() / "agent-gym-runs" / f"sweep{sweep_tag(args.sweep_epochs)}")
     args.tag = campaign_tag(args.sweep_epochs, args.warm, sweep_choice(args))
@@ -619,6 +665,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"warm start: {warm_label} ({warm})", flush=True)
     if args.transfer:
         run_transfer(args, warm_label, warm, timings)
+        return 0
+    if args.value_guided:
+        run_value_guided(args, timings)
         return 0
     # step 0 of every curve: the warm start itself, played once
     curve_point(args, out / f"{warm_label}_curve.json", warm, 0)

@@ -455,3 +455,40 @@ def test_the_transfer_table_plays_the_baselines_the_warm_start_and_each_publishe
                                         "zero-shot | MuSiQue": {"em": 0.0, "f1": 0.05}}, ["zero-shot", "naive RAG"])
     assert table.splitlines() == ["| agent | HotpotQA EM / F1 | MuSiQue EM / F1 |", "|---|---|---|",
                                   "| zero-shot | 0.100 / 0.250 | 0.000 / 0.050 |", "| naive RAG | — | — |"]
+
+
+def test_value_guided_decoding_plays_three_decoders_per_hop_count_for_each_run_with_a_critic(
+        tmp_path: Path, monkeypatch) -> None:
+    import argparse
+
+    import rl_campaign
+
+    monkeypatch.setattr(rl_campaign, "CHECKPOINTS", tmp_path / "checkpoints")
+    monkeypatch.setattr(rl_campaign, "results_file", lambda name, tag: tmp_path / f"{Path(name).stem}{tag}.json")
+    for seed, files in ((1, ("adapter_config.json", "critic.pt")), (2, ("adapter_config.json",))):
+        adapter = tmp_path / "checkpoints" / f"rl-ppo_lr5e-5_kl0.3-e3-s{seed}"
+        adapter.mkdir(parents=True)
+        for name in files:
+            (adapter / name).write_text("{}")
+    played: list[list[str]] = []
+
+    def fake_eval(command, log, what, threads):  # two episodes: EM 1 and 0, 2 and 1 searches
+        played.append(command)
+        out = Path(command[command.index("--out") + 1])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps({"em": em, "tool_calls": calls, "generated_tokens": 10 * calls,
+                                           "seconds": 1.0}) + "\n" for em, calls in ((1.0, 2), (0.0, 1))))
+
+    monkeypatch.setattr(rl_campaign, "_run", fake_eval)
+    args = argparse.Namespace(model="smollm2-135m-instruct", recipes=["ppo_lr5e-5_kl0.3"], seeds=[1, 2], tag="-e3",
+                              value_guided=4, vg_questions=2, out=str(tmp_path / "out"))
+    rl_campaign.run_value_guided(args, rl_campaign.Timings(tmp_path / "out"))
+    assert len(played) == 6  # seed 2 has no critic
+    assert [c[c.index("--adapter") + 2:c.index("--episodes")] for c in played[:3]] == [
+        [], ["--best-of", "4"], ["--value-guided", "4"]]
+    assert [json.loads(c[c.index("--env-kwargs") + 1])["hops"] for c in played] == [1, 1, 1, 2, 2, 2]
+    results = json.loads((tmp_path / "value_guided-e3.json").read_text())
+    cell = results["ppo_lr5e-5_kl0.3-e3-s1 (step 0) | 2-hop | value-guided-4"]
+    assert (cell["em"], cell["searches"], cell["tokens_per_episode"], cell["episodes"]) == (0.5, 1.5, 15, 2)
+    rl_campaign.run_value_guided(args, rl_campaign.Timings(tmp_path / "out"))
+    assert len(played) == 6  # every cell cached
