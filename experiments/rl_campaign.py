@@ -555,6 +555,11 @@ def run_transfer(args: argparse.Namespace, warm_label: str, warm: Path, timings:
     paragraphs), greedy, ``--transfer-questions`` each: cached cell by cell in OUT/transfer.json, then
     docs/results/transfer{tag}.json and transfer_table{tag}.md."""
     agents = transfer_agents(args, warm_label, warm)
+    cache = Path(args.out) / "transfer.json"
+    if cache.is_file():  # a cell played on another number of questions is played again
+        cells = json.loads(cache.read_text())
+        _write_json(cache, {key: cell for key, cell in cells.items()
+                            if cell.get("episodes") == args.transfer_questions})
     results = play_transfer(argparse.Namespace(out=args.out, transfer_episodes=args.transfer_questions), agents,
                             timings)
     played = {key: value for key, value in results.items() if key.split(" | ")[0] in agents}

@@ -492,3 +492,33 @@ def test_value_guided_decoding_plays_three_decoders_per_hop_count_for_each_run_w
     assert (cell["em"], cell["searches"], cell["tokens_per_episode"], cell["episodes"]) == (0.5, 1.5, 15, 2)
     rl_campaign.run_value_guided(args, rl_campaign.Timings(tmp_path / "out"))
     assert len(played) == 6  # every cell cached
+
+
+def test_a_transfer_cell_played_on_another_number_of_questions_is_played_again(tmp_path: Path, monkeypatch) -> None:
+    import argparse
+
+    import rl_campaign
+
+    monkeypatch.setattr(rl_campaign, "CHECKPOINTS", tmp_path / "checkpoints")
+    monkeypatch.setattr(rl_campaign, "results_file",
+                        lambda name, tag: tmp_path / f"{Path(name).stem}{tag}{Path(name).suffix}")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "transfer.json").write_text(json.dumps({
+        "zero-shot | HotpotQA": {"em": 0.0, "f1": 0.1, "episodes": 50},
+        "naive RAG | HotpotQA": {"em": 0.1, "f1": 0.2, "episodes": 100}}))
+    seen = {}
+
+    def fake_transfer(namespace, agents, timings):
+        seen.update(json.loads((Path(namespace.out) / "transfer.json").read_text()))
+        assert namespace.transfer_episodes == 100
+        return {**seen, **{f"{agent} | HotpotQA": {"em": 0.0, "f1": 0.0, "episodes": 100} for agent in agents
+                           if f"{agent} | HotpotQA" not in seen}}
+
+    monkeypatch.setattr(rl_campaign, "play_transfer", fake_transfer)
+    args = argparse.Namespace(model="m", recipes=["grpo"], seeds=[0], tag="-e3", out=str(tmp_path / "out"),
+                              transfer_questions=100)
+    rl_campaign.run_transfer(args, "warm75", tmp_path / "warm75", rl_campaign.Timings(tmp_path / "out"))
+    assert list(seen) == ["naive RAG | HotpotQA"]  # the 50-question cell was dropped before playing
+    written = json.loads((tmp_path / "transfer-e3.json").read_text())
+    assert written["naive RAG | HotpotQA"]["em"] == 0.1 and written["zero-shot | HotpotQA"]["episodes"] == 100
+    assert (tmp_path / "transfer_table-e3.md").read_text().startswith("| agent | HotpotQA EM / F1 |")
