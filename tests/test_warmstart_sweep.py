@@ -522,3 +522,21 @@ def test_a_transfer_cell_played_on_another_number_of_questions_is_played_again(t
     written = json.loads((tmp_path / "transfer-e3.json").read_text())
     assert written["naive RAG | HotpotQA"]["em"] == 0.1 and written["zero-shot | HotpotQA"]["episodes"] == 100
     assert (tmp_path / "transfer_table-e3.md").read_text().startswith("| agent | HotpotQA EM / F1 |")
+
+
+def test_each_mask_ablation_runs_its_paired_recipe_with_only_the_mask_turned_off(tmp_path: Path) -> None:
+    import argparse
+
+    import rl_campaign
+
+    args = argparse.Namespace(model="m", tasks_per_step=4, group_size=8, lr=1e-4, micro_batch_size=None, chunk=5,
+                              backend="transformers", train_python="")
+    pairs = {"grpo_lr5e-5_kl0.3_no_loss_mask": ("grpo_lr5e-5_kl0.3", "--no-use-loss-mask"),
+             "ppo_lr5e-5_kl0.3_no_advantage_mask": ("ppo_lr5e-5_kl0.3", "--no-use-advantage-mask")}
+    for name, (paired, mask_flag) in pairs.items():
+        ablated, full = rl_campaign.RECIPES[name], rl_campaign.RECIPES[paired]
+        assert ablated.ablation and not full.ablation and ablated.algo == full.algo
+        commands = [rl_campaign.train_command(args, tmp_path / "warm", recipe, 3, 5, tmp_path / "run")
+                    for recipe in (ablated, full)]
+        assert commands[0].count(mask_flag) == 1 and mask_flag not in commands[1]
+        assert [flag for flag in commands[0] if flag != mask_flag] == commands[1]
