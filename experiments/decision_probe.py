@@ -100,6 +100,12 @@ def probe(model: Any, tokenizer: Any, contexts: Sequence[list[dict[str, Any]]]) 
             "log_odds": statistics.fmean(log_odds), "questions": len(values)}
 
 
+def label(adapter: Path) -> str:
+    """An adapter's name; a training checkpoint's is its run and step (``RUN step_000050``)."""
+    adapter = adapter.parent if adapter.name == "policy" else adapter
+    return f"{adapter.parent.parent.name} {adapter.name}" if adapter.parent.name == "checkpoints" else adapter.name
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("adapters", nargs="+", help="LoRA adapter directories (each names its base model)")
@@ -124,8 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         model.eval()
         row: dict[str, Any] = {f"{hops}hop": probe(model, tokenizer, contexts[hops]) for hops in (1, 2)}
         row["log_odds_gap"] = row["2hop"]["log_odds"] - row["1hop"]["log_odds"]  # > 0: more search on 2-hop
-        results[str(Path(adapter).name)] = {"adapter": str(adapter), **row}
-        print(Path(adapter).name, json.dumps(row), flush=True)
+        results[label(Path(adapter))] = {"adapter": str(adapter), **row}
+        print(label(Path(adapter)), json.dumps(row), flush=True)
         if out is not None:
             out.write_text(json.dumps(results, indent=2) + "\n")
     return 0

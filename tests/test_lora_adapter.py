@@ -243,3 +243,24 @@ def test_eval_and_play_take_a_model_with_an_adapter_and_eval_runs_its_naive_rag(
     assert f"== {tiny_model_dir_for_synthhop} ==" in shown and "episode over" in shown
     assert main(["eval", "AgentR1-SynthHop-v0", "--adapter", str(tmp_path / "adapter")]) == 2
     assert "need --model" in capsys.readouterr().err
+
+
+def test_a_training_checkpoint_loads_as_the_policy_it_holds_and_a_bare_folder_is_a_clear_error(
+    tiny_model_dir_for_synthhop: Path, tmp_path: Path
+) -> None:
+    from agent_gym.models.model_init import ModelInitError
+
+    peft_model = _trained_adapter(tiny_model_dir_for_synthhop)
+    ids = torch.randint(0, 500, (1, 16), generator=torch.Generator().manual_seed(2))
+    step = tmp_path / "run" / "checkpoints" / "step_000005"
+    peft_model.save_pretrained(step / "policy")
+    (step / "trainer_state.pt").write_bytes(b"")
+    by_checkpoint, tokenizer = load_model_and_tokenizer(step)
+    assert torch.allclose(_logits(by_checkpoint, ids), _logits(peft_model, ids), atol=1e-5)
+    by_flag, _ = load_model_and_tokenizer(tiny_model_dir_for_synthhop, adapter=step)
+    assert torch.allclose(_logits(by_flag, ids), _logits(peft_model, ids), atol=1e-5)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "trainer_state.pt").write_bytes(b"")  # a checkpoint whose policy/ is gone
+    with pytest.raises(ModelInitError, match="cannot load a model"):
+        load_model_and_tokenizer(bare)

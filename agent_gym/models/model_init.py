@@ -234,7 +234,11 @@ def load_model_and_tokenizer(
     Ensures the tokenizer has a pad token and a chat template, and pads on the left (for generation).
     """
     from agent_gym.models.pretrained import PretrainedModelError, hub_offline, is_known_model, resolve_model
+    from agent_gym.trainers.checkpoint import checkpoint_policy
 
+    # a training checkpoint (RUN/checkpoints/step_N) loads as the policy it holds
+    name_or_path = checkpoint_policy(name_or_path) or name_or_path
+    adapter = (checkpoint_policy(adapter) or adapter) if adapter is not None else None
     if adapter is None and is_adapter_dir(name_or_path):
         adapter, name_or_path = name_or_path, adapter_base_model(name_or_path)
     try:
@@ -252,7 +256,7 @@ def load_model_and_tokenizer(
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, local_files_only=local_only)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: a folder with no tokenizer files (transformers 5)
         raise ModelInitError(
             f"cannot load a model from {name_or_path!r} ({error}); build one with "
             "`agent-gym model init --preset tiny --out DIR`, get a real one with `agent-gym model get "

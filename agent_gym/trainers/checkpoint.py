@@ -73,6 +73,13 @@ def checkpoint_path(run_dir: str | Path, step: int) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR / f"{_PREFIX}{step:06d}"
 
 
+def checkpoint_policy(path: str | Path) -> Path | None:
+    """The loadable ``policy/`` inside a checkpoint directory ``path`` (``RUN/checkpoints/step_N``), else None."""
+    path = Path(path)
+    policy = path / POLICY_DIR
+    return policy if (path / STATE_FILE).is_file() and policy.is_dir() else None
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete checkpoints of a run, oldest first."""
     root = Path(run_dir) / CHECKPOINT_DIR
