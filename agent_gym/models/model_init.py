@@ -229,7 +229,8 @@ def load_model_and_tokenizer(
     first use, see :mod:`agent_gym.models.pretrained`), or a hub checkpoint such as Qwen/Qwen2.5-3B-Instruct.
 
     ``adapter``: a LoRA adapter directory (``agent-gym sft/train --lora-rank``) merged into the weights. A directory
-    that holds only an adapter may also be passed as ``name_or_path``; its base model is the one it names.
+    that holds only an adapter may also be passed as ``name_or_path``; its base model is the one it names. A
+    training checkpoint (``RUN/checkpoints/step_N``) stands for the ``policy/`` it holds, as either argument.
     ``progress=False`` hides transformers' "Loading weights" bar (``eval --no-progress``).
     Ensures the tokenizer has a pad token and a chat template, and pads on the left (for generation).
     """
