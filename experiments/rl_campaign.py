@@ -61,6 +61,10 @@ HISTORY = "history_metrics.jsonl"  # in a run resumed from the repository: the c
 
 WARM = "{warm}"  # in a recipe's flags: the chosen warm start's adapter directory
 
+# the grid's step and its KL anchor to the warm start, and the PPO arm's critic
+ANCHOR = ("--lr", "5e-5", "--kl-coef", "0.3", "--kl-reference", WARM)
+LORA_CRITIC = ("--critic", "lora", "--critic-lr", "1e-4")
+
 RECIPES = {
     v.name: v
     for v in (
@@ -87,35 +91,31 @@ RECIPES = {
         # best policy is pi_ref * exp(A / beta): with beta 0.3 a 1-hop advantage of about 1.3 std turns the warm
         # start's 9:1 odds for a second search to about 1:8, while the 2-hop side keeps its search
         Variant("grpo_lr5e-5_kl0.3", "GRPO, lr 5e-5, KL 0.3 to the warm start", "grpo",
-                flags=("--lr", "5e-5", "--kl-coef", "0.3", "--kl-reference", WARM)),
+                flags=ANCHOR),
         # the grid's dense-reward cell at the step and KL that kept both habits: a search that finds a gold page not
         # found before earns 0.1 (at most 0.3 an episode), so a second search pays on 2-hop questions only
         Variant("grpo_dense_lr5e-5_kl0.3", "GRPO, dense reward, lr 5e-5, KL 0.3 to the warm start", "grpo",
-                reward="dense", flags=("--lr", "5e-5", "--kl-coef", "0.3", "--kl-reference", WARM)),
+                reward="dense", flags=ANCHOR),
         # GRPO with KL 0.3 moved both hop counts' decision together (P(search again) 0.46 / 0.60 at step 10,
         # 0.87 / 0.94 at step 20): GiGPO's anchor groups compare "search again" with "answer" from the same
         # context (after the same first search), a signal conditioned on what the first page said
         Variant("gigpo_lr5e-5_kl0.3", "GiGPO, lr 5e-5, KL 0.3 to the warm start, dynamic sampling, balanced by hops",
-                "gigpo", flags=("--dynamic-sampling", "--balance-by", "hops", "--lr", "5e-5", "--kl-coef", "0.3",
-                                "--kl-reference", WARM)),
+                "gigpo", flags=("--dynamic-sampling", "--balance-by", "hops", *ANCHOR)),
         # the issue's PPO arm beside the GRPO recipe that moved the decision: the same step and KL anchor, the
         # critic a LoRA adapter and value head on the policy's weights
         Variant("ppo_lr5e-5_kl0.3", "PPO, lr 5e-5, KL 0.3 to the warm start, LoRA critic", "ppo",
-                flags=("--critic", "lora", "--critic-lr", "1e-4", "--lr", "5e-5", "--kl-coef", "0.3",
-                       "--kl-reference", WARM)),
+                flags=(*LORA_CRITIC, *ANCHOR)),
         # the masks (Agent-R1's Table 4) at the grid's step and KL anchor, each paired by seed with its full run
         Variant("grpo_lr5e-5_kl0.3_no_loss_mask", "GRPO, lr 5e-5, KL 0.3, loss mask off", "grpo",
-                flags=("--no-use-loss-mask", "--lr", "5e-5", "--kl-coef", "0.3", "--kl-reference", WARM),
+                flags=("--no-use-loss-mask", *ANCHOR),
                 ablation="loss mask off"),
         Variant("ppo_lr5e-5_kl0.3_no_advantage_mask", "PPO, lr 5e-5, KL 0.3, LoRA critic, advantage mask off", "ppo",
-                flags=("--no-use-advantage-mask", "--critic", "lora", "--critic-lr", "1e-4", "--lr", "5e-5",
-                       "--kl-coef", "0.3", "--kl-reference", WARM),
+                flags=("--no-use-advantage-mask", *LORA_CRITIC, *ANCHOR),
                 ablation="advantage mask off"),
         # the other two critic-free estimators at the same step and KL anchor
         Variant("reinforce_pp_lr5e-5_kl0.3", "REINFORCE++, lr 5e-5, KL 0.3 to the warm start", "reinforce_pp",
-                flags=("--lr", "5e-5", "--kl-coef", "0.3", "--kl-reference", WARM)),
-        Variant("rloo_lr5e-5_kl0.3", "RLOO, lr 5e-5, KL 0.3 to the warm start", "rloo",
-                flags=("--lr", "5e-5", "--kl-coef", "0.3", "--kl-reference", WARM)),
+                flags=ANCHOR),
+        Variant("rloo_lr5e-5_kl0.3", "RLOO, lr 5e-5, KL 0.3 to the warm start", "rloo", flags=ANCHOR),
         Variant("reinforce_pp", "REINFORCE++", "reinforce_pp"),
         Variant("rloo", "RLOO", "rloo"),
         Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", flags=("--no-use-loss-mask",),

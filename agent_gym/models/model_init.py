@@ -237,7 +237,6 @@ def load_model_and_tokenizer(
     from agent_gym.models.pretrained import PretrainedModelError, hub_offline, is_known_model, resolve_model
     from agent_gym.trainers.checkpoint import checkpoint_policy
 
-    # a training checkpoint (RUN/checkpoints/step_N) loads as the policy it holds
     name_or_path = checkpoint_policy(name_or_path) or name_or_path
     adapter = (checkpoint_policy(adapter) or adapter) if adapter is not None else None
     if adapter is None and is_adapter_dir(name_or_path):
