@@ -235,7 +235,7 @@ def load_model_and_tokenizer(
     Ensures the tokenizer has a pad token and a chat template, and pads on the left (for generation).
     """
     from agent_gym.models.pretrained import PretrainedModelError, hub_offline, is_known_model, resolve_model
-    from agent_gym.trainers.checkpoint import checkpoint_policy
+    from agent_gym.models.saving import checkpoint_policy
 
     name_or_path = checkpoint_policy(name_or_path) or name_or_path
     adapter = (checkpoint_policy(adapter) or adapter) if adapter is not None else None

@@ -8,6 +8,10 @@ from typing import Any
 __all__ = ["ADAPTER_CONFIG", "match_sibling_permissions", "save_model"]
 
 ADAPTER_CONFIG = "adapter_config.json"
+# A training checkpoint (trainers/checkpoint.py) is STATE_FILE beside the policy saved in POLICY_DIR: the layout
+# lives here so that loading a model (a layer below the trainers) can take a checkpoint for its policy
+STATE_FILE = "trainer_state.pt"
+POLICY_DIR = "policy"
 
 
 def save_model(model: Any, tokenizer: Any, out_dir: str | Path) -> Path:
@@ -35,3 +39,10 @@ def match_sibling_permissions(out_dir: str | Path) -> None:
     mode = reference.stat().st_mode & 0o777
     for weights in out_dir.glob("*.safetensors"):
         weights.chmod(mode)
+
+
+def checkpoint_policy(path: str | Path) -> Path | None:
+    """The loadable ``policy/`` inside a training checkpoint ``path`` (``RUN/checkpoints/step_N``), else None."""
+    path = Path(path)
+    policy = path / POLICY_DIR
+    return policy if (path / STATE_FILE).is_file() and policy.is_dir() else None

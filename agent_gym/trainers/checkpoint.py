@@ -20,11 +20,9 @@ import numpy as np
 import torch
 
 from agent_gym.error import AgentGymError
-from agent_gym.models.saving import save_model
+from agent_gym.models.saving import POLICY_DIR, STATE_FILE, save_model
 
 CHECKPOINT_DIR = "checkpoints"
-STATE_FILE = "trainer_state.pt"
-POLICY_DIR = "policy"
 _PREFIX = "step_"
 _COMPLETE = re.compile(rf"{_PREFIX}(\d+)")
 _PARTIAL_SUFFIX = ".tmp"
@@ -71,13 +69,6 @@ def load_trainable_state_dict(model: torch.nn.Module, state: dict[str, torch.Ten
 
 def checkpoint_path(run_dir: str | Path, step: int) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR / f"{_PREFIX}{step:06d}"
-
-
-def checkpoint_policy(path: str | Path) -> Path | None:
-    """The loadable ``policy/`` inside a checkpoint directory ``path`` (``RUN/checkpoints/step_N``), else None."""
-    path = Path(path)
-    policy = path / POLICY_DIR
-    return policy if (path / STATE_FILE).is_file() and policy.is_dir() else None
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
