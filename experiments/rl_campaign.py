@@ -487,10 +487,14 @@ def results_file(name: str, tag: str) -> Path:
 
 
 def write_table(records: Sequence[dict[str, Any]], warm_label: str, warm: dict[str, float], tag: str = "") -> None:
+    """The final evals by recipe: the mean over seeds ± their sample standard deviation (n - 1), or the one
+    seed's value."""
     def cell(values: Sequence[float]) -> str:
         if not values:
             return "…"
-        return f"{statistics.mean(values):.3f} ± {(max(values) - min(values)) / 2:.3f} (n={len(values)})"
+        if len(values) == 1:
+            return f"{values[0]:.3f} (n=1)"
+        return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f} (n={len(values)})"
 
     lines = ["| agent | held-out mix, greedy | 1-hop greedy | 2-hop greedy | mix, sampled | world 1 mix, greedy |",
              "|---|---|---|---|---|---|",
@@ -501,6 +505,9 @@ def write_table(records: Sequence[dict[str, Any]], warm_label: str, warm: dict[s
         lines.append(f"| {RECIPES[recipe].label} | " + " | ".join(
             cell([row[key] for row in rows])
             for key in ("greedy_mix", "greedy_1hop", "greedy_2hop", "sampled", "world1_greedy_mix")) + " |")
+    questions = "/".join(str(n) for n in sorted({r.get("eval_episodes", "?") for r in records}, key=str))
+    lines += ["", f"Final evals: greedy or sampled EM on {questions} held-out questions of each hop count (world 7; "
+              "world 1 in the last column); a cell is the mean over seeds ± their sample standard deviation."]
     results_file("rl_table.md", tag).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines), flush=True)
 

@@ -372,6 +372,27 @@ def test_the_campaign_summary_replaces_only_the_runs_it_has_and_reuses_the_publi
     assert "(n=2)" in (results / "rl_table_e3.md").read_text()  # both seeds in the table
 
 
+def test_the_campaign_table_gives_the_mean_and_sample_standard_deviation_over_seeds(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    import rl_campaign
+
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    monkeypatch.setattr(rl_campaign, "ROOT", tmp_path)
+    keys = ("greedy_mix", "greedy_1hop", "greedy_2hop", "sampled", "world1_greedy_mix")
+    warm = dict.fromkeys(keys, 0.5)
+    records = [{"recipe": recipe, "eval_episodes": 200, "final_em": dict.fromkeys(keys, em)}
+               for recipe, em in (("grpo_lr5e-5_kl0.3", 0.6), ("grpo_lr5e-5_kl0.3", 0.9), ("grpo_lr5e-5_kl0.3", 0.9),
+                                  ("ppo_lr5e-5_kl0.3", 0.7))]
+
+    rl_campaign.write_table(records, "warm75", warm, "-e3")
+
+    table = (tmp_path / "docs" / "results" / "rl_table_e3.md").read_text()
+    grpo, ppo = (line for line in table.splitlines() if line.startswith(("| GRPO", "| PPO")))
+    assert "0.800 ± 0.173 (n=3)" in grpo  # sd of (0.6, 0.9, 0.9) with n - 1; half the range would be 0.150
+    assert "0.700 (n=1)" in ppo and "±" not in ppo
+    assert "sample standard deviation" in table and "200 held-out questions" in table
+
+
 def test_a_published_ppo_run_carries_its_critic_in_bf16(tmp_path: Path, monkeypatch) -> None:
     import real_model
     import torch
