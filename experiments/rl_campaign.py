@@ -254,7 +254,9 @@ def final_eval(args: argparse.Namespace, adapter: Path, path: Path) -> dict[str,
     result: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     for key, (world, hops, temperature, seed) in FINAL_MEASURES.items():
         if key not in result:
+            start = time.perf_counter()
             result[key] = measure_adapter(adapter, {**world, "hops": hops}, args.eval_questions, temperature, seed)
+            result[key]["seconds"] = round(time.perf_counter() - start, 1)
             _write_json(path, result)
             print(f"{path.parent.name} {key}: {json.dumps(result[key])}", flush=True)
     return result
@@ -422,6 +424,7 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
     for recipe, seed in finished:
         directory = run_dir(args, recipe, seed)
         variant = RECIPES[recipe]
+        metrics = run_metrics(directory)
         curve = json.loads((Path(args.out) / f"{warm_label}_curve.json").read_text())
         if (directory / "curve.json").is_file():
             curve.update(json.loads((directory / "curve.json").read_text()))
@@ -430,10 +433,12 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
             "seed": seed,
             "recipe": recipe, "ablation": variant.ablation,
             "reward": "dense" if variant.reward == "dense" else "sparse", "warm_start": warm_label,
-            "eval_episodes": args.eval_questions, "steps": args.steps,
+            # the steps it trained (its metrics), not the campaign's --steps, which a later call may raise
+            "eval_episodes": args.eval_questions, "steps": max((row.get("step", 0) for row in metrics), default=0),
             # runs from before devices.json ran on the CPU machines only
             "devices": json.loads(devices.read_text()) if (devices := directory / "devices.json").is_file()
             else ["cpu"],
+            "hours": run_hours(metrics, json.loads((directory / "final_eval.json").read_text())),
             "warm_start_em": warm_ems, "final_em": ems(json.loads((directory / "final_eval.json").read_text())),
             "em_curve": [(int(step), point["mix_em"]) for step, point in sorted(curve.items(), key=_step)],
             "second_search_curve": {f"{h}hop": [(int(step), point[f"{h}hop"]["multihop"])
@@ -450,6 +455,17 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
     plot(campaign, warm_ems, args.tag)
     _write_json(path, merged)
     return records
+
+
+def run_hours(metrics: Sequence[dict[str, Any]], evaluation: dict[str, Any]) -> dict[str, float]:
+    """Wall-clock hours a run spent on its devices (one thread each on a CPU): its training steps (rollout and
+    update, from its metrics; curve points not included), and its final eval where the eval was timed (from
+    2026-11-29)."""
+    hours = {"train_steps": round(sum(row.get("perf/rollout_s", 0.0) + row.get("perf/update_s", 0.0)
+                                      for row in metrics) / 3600, 2)}
+    if all("seconds" in evaluation.get(key, {}) for key in FINAL_MEASURES):
+        hours["final_eval"] = round(sum(evaluation[key]["seconds"] for key in FINAL_MEASURES) / 3600, 2)
+    return hours
 
 
 def _step(item: tuple[str, Any]) -> int:

@@ -334,6 +334,7 @@ def test_a_run_resumed_from_the_repository_at_its_last_step_evaluates_the_commit
     assert len(measured) == len(rl_campaign.FINAL_MEASURES) - 1  # the committed measure is not played again
     result = json.loads((committed / "final_eval.json").read_text())  # back beside the adapter, complete
     assert result["greedy_1hop"] == {"em": 0.5} and set(result) == set(rl_campaign.FINAL_MEASURES)
+    assert all(result[key]["seconds"] >= 0 for key in rl_campaign.FINAL_MEASURES if key != "greedy_1hop")  # timed
 
 
 def test_the_campaign_summary_replaces_only_the_runs_it_has_and_reuses_the_published_warm_measures(
@@ -356,7 +357,10 @@ def test_the_campaign_summary_replaces_only_the_runs_it_has_and_reuses_the_publi
     monkeypatch.setattr(rl_campaign, "plot", lambda records, *a: plotted.append([r["run"] for r in records]))
     run = tmp_path / "runs" / "rl" / "grpo-e3-s1"
     run.mkdir(parents=True)
-    (run / "final_eval.json").write_text(json.dumps({key: {"em": 0.9} for key in rl_campaign.FINAL_MEASURES}))
+    (run / "final_eval.json").write_text(json.dumps({key: {"em": 0.9, "seconds": 300.0}
+                                                     for key in rl_campaign.FINAL_MEASURES}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "perf/rollout_s": 1000.0,
+                                                           "perf/update_s": 800.0}) + "\n" for step in (1, 2)))
     (tmp_path / "runs" / "warm75_curve.json").write_text(json.dumps(
         {"0": {"mix_em": 0.7, "1hop": {"multihop": 0.4}, "2hop": {"multihop": 0.8}}}))
     args = argparse.Namespace(out=str(tmp_path / "runs"), recipes=["grpo"], seeds=[0, 1], tag="-e3",
@@ -366,6 +370,8 @@ def test_the_campaign_summary_replaces_only_the_runs_it_has_and_reuses_the_publi
 
     assert [r["run"] for r in records] == ["rl-grpo-e3-s1"] and records[0]["warm_start_em"] == warm
     assert records[0]["final_em"]["greedy_mix"] == pytest.approx(0.9)
+    assert records[0]["hours"] == {"train_steps": 1.0, "final_eval": 0.5}  # 2 steps of 1,800 s; 6 measures of 300 s
+    assert records[0]["steps"] == 2  # what it trained, not the campaign's --steps 50
     published = json.loads((results / "learning.json").read_text())
     assert [r["run"] for r in published] == ["sweep-e3-warm5", "rl-grpo-e3-s0", "rl-grpo-e3-s1"]
     assert plotted == [["rl-grpo-e3-s0", "rl-grpo-e3-s1"]]
