@@ -113,11 +113,32 @@ class _ScriptedPolicy(_Playable):
         return self.format.render_answer(text)
 
 
+class _TaskBoundPolicy(_ScriptedPolicy):
+    """A scripted policy that plays only tasks carrying what it follows (``_missing`` says which lack it)."""
+
+    def _missing(self, tasks: Any) -> str | None:
+        raise NotImplementedError
+
+    def cannot_play(self, env: Any, tasks: Any) -> str | None:
+        return self._missing(tasks)
+
+    def check_tasks(self, tasks: Any) -> None:
+        """Raise :class:`PolicyError` if any of ``tasks`` lacks what this policy follows."""
+        problem = self._missing(tasks)
+        if problem:
+            raise PolicyError(problem)
+
+    def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
+        super().begin(env, observation, info)
+        assert self.task is not None
+        self.check_tasks([self.task])
+
+
 def _searchable_hops(task: Any) -> list[Any]:
     return [hop for hop in task.decomposition if hop.query]
 
 
-class OraclePolicy(_ScriptedPolicy):
+class OraclePolicy(_TaskBoundPolicy):
     """Follows the gold decomposition: one call per hop (its ``query``), checks that the hop's answer came
     back, and answers gold only if every hop's evidence was seen; otherwise answers ``unknown``.
 
@@ -140,19 +161,8 @@ class OraclePolicy(_ScriptedPolicy):
                 f"{len(tasks)} tasks have none (task {missing[0].id!r} first); HotpotQA and most tool tasks "
                 "have none (gold-search or naive-rag play HotpotQA)")
 
-    def cannot_play(self, env: Any, tasks: Any) -> str | None:
-        return self._missing(tasks)
-
-    def check_tasks(self, tasks: Any) -> None:
-        """Raise :class:`PolicyError` if any of ``tasks`` has no gold decomposition to follow."""
-        problem = self._missing(tasks)
-        if problem:
-            raise PolicyError(problem)
-
     def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
         super().begin(env, observation, info)
-        assert self.task is not None
-        self.check_tasks([self.task])
         self.hops = _searchable_hops(self.task)
         self.evidence_ok = True
 
@@ -243,7 +253,7 @@ class RandomPolicy(_ScriptedPolicy):
         return picked
 
 
-class StubPolicy(_ScriptedPolicy):
+class StubPolicy(_TaskBoundPolicy):
     """Submits the task's stub at once (``metadata["stub"]``, e.g. the prompt's function with a ``pass`` body):
     what a coding env pays for doing nothing."""
 
@@ -255,20 +265,6 @@ class StubPolicy(_ScriptedPolicy):
             return None
         return (f"the stub policy submits each task's metadata['stub'], and {len(missing)} of the {len(tasks)} "
                 f"tasks have none (task {missing[0].id!r} first): it plays coding envs")
-
-    def cannot_play(self, env: Any, tasks: Any) -> str | None:
-        return self._missing(tasks)
-
-    def check_tasks(self, tasks: Any) -> None:
-        """Raise :class:`PolicyError` if any of ``tasks`` has no stub (only coding tasks have one)."""
-        problem = self._missing(tasks)
-        if problem:
-            raise PolicyError(problem)
-
-    def begin(self, env: ToolEnv, observation: str, info: dict[str, Any]) -> None:
-        super().begin(env, observation, info)
-        assert self.task is not None
-        self.check_tasks([self.task])
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         assert self.task is not None
