@@ -51,7 +51,7 @@ from agent_gym.tools import Tool, ToolResult, validate_arguments
 from agent_gym.utf8 import valid_utf8, valid_utf8_json
 from agent_gym.validation import require_int
 
-__all__ = ["ToolEnv", "DEFAULT_INSTRUCTION", "step_turns"]
+__all__ = ["ToolEnv", "DEFAULT_INSTRUCTION", "step_turns", "task_fields"]
 
 DEFAULT_INSTRUCTION = (
     "Answer the user's question. Think step by step, and use the tools to find the facts you need: do not "
@@ -63,7 +63,7 @@ MIN_SUMMARY_CHARS = 100  # the summary message's header and one short entry
 _TRUNCATION_NOTE = "\n[... truncated {} characters]"
 
 
-def _task_fields(task: Task) -> dict[str, Any]:
+def task_fields(task: Task) -> dict[str, Any]:
     """``info["task_fields"]``: the task's kind and the scalar values of its metadata (hop count, split...)."""
     scalars = {key: value for key, value in task.metadata.items() if isinstance(value, str | int | float | bool)}
     return {"kind": task.kind, **scalars} if task.kind else scalars
@@ -231,7 +231,7 @@ class ToolEnv(gym.Env[str, str]):
         info[TOOL_FORMAT] = self.tool_format.name
         info[STOP_STRINGS] = list(self.tool_format.stop_strings_for(self.tool_schemas))
         info[REWARD_SPEC] = self.reward_spec.name
-        info[TASK_FIELDS] = _task_fields(self.task)
+        info[TASK_FIELDS] = task_fields(self.task)
         if self.render_mode == "human":
             self.render()
         return question, info

@@ -116,6 +116,11 @@ RECIPES = {
         Variant("reinforce_pp_lr5e-5_kl0.3", "REINFORCE++, lr 5e-5, KL 0.3 to the warm start", "reinforce_pp",
                 flags=ANCHOR),
         Variant("rloo_lr5e-5_kl0.3", "RLOO, lr 5e-5, KL 0.3 to the warm start", "rloo", flags=ANCHOR),
+        # every run's greedy 1-hop decision flips between checkpoints; a uniform draw of 4 tasks held one hop count
+        # alone on 51 of the 528 steps logged (2-hop alone on 36), and a 3:1 split is expected on half: each
+        # step's tasks half 1-hop, half 2-hop removes that push, the rest of the recipe GRPO's
+        Variant("grpo_lr5e-5_kl0.3_stratified", "GRPO, lr 5e-5, KL 0.3, each step's tasks half 1-hop, half 2-hop",
+                "grpo", flags=("--stratify-by", "hops", *ANCHOR)),
         Variant("reinforce_pp", "REINFORCE++", "reinforce_pp"),
         Variant("rloo", "RLOO", "rloo"),
         Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", flags=("--no-use-loss-mask",),

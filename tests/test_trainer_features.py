@@ -9,6 +9,7 @@ each of their groups holds a success and a failure.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from typing import Any
 
 import gymnasium as gym
@@ -18,6 +19,7 @@ from support.backends import ScriptedBackend
 from support.tiny_model import tiny_model_and_tokenizer
 
 from agent_gym.spaces import UnicodeText
+from agent_gym.tasks import Task
 from agent_gym.trainers import metrics as m
 from agent_gym.trainers.checkpoint import CheckpointError
 from agent_gym.trainers.config import ConfigError, TrainConfig
@@ -34,6 +36,8 @@ class ScriptedRewardEnv(gym.Env):
 
     metadata = {"render_modes": []}
     episodes = itertools.count()  # over every instance: neighbouring episodes of a group alternate
+    tasks = [Task(id=f"task-{t}", question=QUESTION, answers=("blue",), metadata={"hops": 1 + t // 2})
+             for t in range(4)]  # what reset plays for task_index t (mod 4); read by stratify_by
 
     def __init__(self, turns: int = 1, informative: bool = True) -> None:
         self.turns, self.informative = turns, informative
@@ -67,7 +71,7 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-def _trainer(tmp_path, env_kwargs=None, **overrides) -> Trainer:
+def _trainer(tmp_path, env_kwargs=None, scripted_draws=True, **overrides) -> Trainer:
     values: dict[str, Any] = dict(
         dtype="float32", env_id="unused-in-tests", algo="grpo", group_size=2, tasks_per_step=2, total_steps=4,
         micro_batch_size=4, max_new_tokens=8, max_context_tokens=256, lr=1e-3, eval_every=0,
@@ -79,6 +83,8 @@ def _trainer(tmp_path, env_kwargs=None, **overrides) -> Trainer:
     env = lambda: ScriptedRewardEnv(**(env_kwargs or {}))  # noqa: E731
     trainer = Trainer(config, model, tokenizer, env_fns=[env] * config.rollout_batch_size, eval_env_fns=[env],
                       backend=ScriptedBackend(tokenizer, ["<answer>blue</answer>"]))
+    if not scripted_draws:
+        return trainer
     tasks = itertools.count()  # tasks 0, 1, 2, 3, 0, ... in turn, so a test knows which groups it gets
     trainer.sampler.draw = lambda count: [
         {"seed": index, "options": {"task_index": index}} for index in itertools.islice(tasks, count)
@@ -165,6 +171,23 @@ def test_balance_by_hops_gives_each_hop_count_the_same_loss_weight_and_logs_its_
               for kind in set(kinds)}
     assert len(totals) == 2 and totals["1"] == pytest.approx(totals["2"], rel=1e-5)
     assert metrics[f"{m.INFORMATIVE_GROUPS}/1"] == pytest.approx(2 / 4)
+
+
+def test_stratify_by_hops_gives_every_step_each_hop_count_equally(tmp_path):
+    trainer = _trainer(tmp_path, scripted_draws=False, stratify_by="hops", tasks_per_step=4)
+    spy = Spy(trainer)
+    for _ in range(3):
+        trainer.train_step()
+    assert [Counter(t.episode.task_fields["hops"] for t in trajectories) for trajectories in spy.rounds] == \
+        [{1: 4, 2: 4}] * 3  # 2 tasks of each hop count a step, 2 episodes each
+
+
+def test_stratify_by_refuses_a_field_the_tasks_lack_and_envs_without_a_task_list(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="stratify_by='level'.*hops"):
+        _trainer(tmp_path, scripted_draws=False, stratify_by="level")
+    monkeypatch.setattr(ScriptedRewardEnv, "tasks", None)
+    with pytest.raises(ConfigError, match="stratify_by='hops' reads the task list"):
+        _trainer(tmp_path, scripted_draws=False, stratify_by="hops")
 
 
 def test_metrics_by_hops_splits_the_rollout_metrics_without_touching_the_update(tmp_path):

@@ -11,9 +11,11 @@ import sys
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
+from agent_gym.error import InvalidValue
 from agent_gym.spaces import UnicodeText
 from agent_gym.trainers import metrics as m
 from agent_gym.trainers.checkpoint import (
@@ -134,6 +136,40 @@ def test_task_sampler_draws_are_a_function_of_seed_and_position():
 
 def test_task_sampler_seeds_differ_between_runs():
     assert TaskSampler(seed=0).draw(4) != TaskSampler(seed=1).draw(4)
+
+
+def test_uniform_task_draws_stay_what_runs_already_on_disk_drew():
+    # a run started before stratified draws resumes with the same tasks: seed, then task index, from (seed, position)
+    expected = []
+    for position in range(3):
+        rng = np.random.default_rng([3, position])
+        expected.append({"seed": int(rng.integers(2**31 - 1)), "options": {"task_index": int(rng.integers(2**31 - 1))}})
+    assert TaskSampler(seed=3).draw(3) == expected
+
+
+def test_stratified_draws_take_each_value_in_turn_uniformly_within_it_and_resume_the_same():
+    strata = {2: [1, 3], 1: [0, 2, 4]}
+    sampler = TaskSampler(seed=5, strata=strata)
+    drawn = [spec["options"]["task_index"] for spec in sampler.draw(400)]
+    assert all(index in strata[1] for index in drawn[0::2]) and all(index in strata[2] for index in drawn[1::2])
+    assert set(drawn[0::2]) == {0, 2, 4} and set(drawn[1::2]) == {1, 3}  # every task of a stratum comes up
+    resumed = TaskSampler(seed=5, strata=strata)
+    resumed.load_state_dict({"seed": 5, "position": 150})
+    assert [spec["options"]["task_index"] for spec in resumed.draw(10)] == drawn[150:160]
+    with pytest.raises(InvalidValue, match="no empty one"):
+        TaskSampler(seed=0, strata={1: [0], 2: []})
+
+
+def test_task_strata_groups_task_indices_by_a_field_and_names_the_fields_when_one_is_missing():
+    from agent_gym.tasks import Task
+    from agent_gym.trainers.task_sampler import task_strata
+
+    tasks = [Task(id=f"t{i}", question="q?", answers=("a",), kind="bridge", metadata={"hops": 1 + i % 2})
+             for i in range(5)]
+    assert task_strata(tasks, "hops") == {1: [0, 2, 4], 2: [1, 3]}
+    assert task_strata(tasks, "kind") == {"bridge": [0, 1, 2, 3, 4]}
+    with pytest.raises(InvalidValue, match="'level'.*5 of the 5 tasks.*hops, kind"):
+        task_strata(tasks, "level")
 
 
 def test_rng_state_roundtrip_replays_the_same_draws():

@@ -567,3 +567,8 @@ def test_each_mask_ablation_runs_its_paired_recipe_with_only_the_mask_turned_off
                     for recipe in (ablated, full)]
         assert commands[0].count(mask_flag) == 1 and mask_flag not in commands[1]
         assert [flag for flag in commands[0] if flag != mask_flag] == commands[1]
+    stratified, full = (rl_campaign.train_command(args, tmp_path / "warm", rl_campaign.RECIPES[name], 3, 5,
+                                                  tmp_path / "run")
+                        for name in ("grpo_lr5e-5_kl0.3_stratified", "grpo_lr5e-5_kl0.3"))
+    at = stratified.index("--stratify-by")
+    assert stratified[at + 1] == "hops" and stratified[:at] + stratified[at + 2:] == full  # GRPO's run but for the draw

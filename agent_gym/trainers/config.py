@@ -156,6 +156,15 @@ class TrainConfig:
             "charts/informative_groups/<value>. Empty: no balance."
         ),
     )
+    stratify_by: str = field(
+        default="",
+        metadata=_help(
+            "A task field (as for balance_by) whose values each step draws equally often: draw k of a step takes "
+            "a task of the k-th value in turn, so no step trains on one hop count alone (a uniform draw of 4 from "
+            "a 1/2-hop mix does once in 8 steps). Needs envs in this process that list their tasks (ToolEnv). "
+            "Empty: uniform draws."
+        ),
+    )
     log_rollouts: int = field(
         default=0,
         metadata=_help(

@@ -94,7 +94,7 @@ from agent_gym.trainers.rollout_log import RolloutLog
 from agent_gym.trainers.run_dir import check_run_dir, clear_run_dir
 from agent_gym.trainers.run_record import RECORD_FILE, RECORD_KEY, RunRecord, check_resume, write_run_record
 from agent_gym.trainers.stop_signals import StopOnSignal, StopRequested, TrainingInterrupted
-from agent_gym.trainers.task_sampler import TaskSampler
+from agent_gym.trainers.task_sampler import TaskSampler, task_strata
 from agent_gym.trainers.trajectory import Trajectory, collate
 
 __all__ = ["TaskSampler", "Trainer", "TrainingInterrupted", "ValueModel"]
@@ -235,7 +235,7 @@ class Trainer:
         self.backend = backend if backend is not None else self._make_backend()
         self.collector = self._make_collector(self.env_fns)
         self._eval_collector = None
-        self.sampler = TaskSampler(config.seed)
+        self.sampler = TaskSampler(config.seed, strata=self._task_strata() if config.stratify_by else None)
         self.step = 0
         self.resumed_from: Path | None = None
         self._run_dir_claimed = False
@@ -319,6 +319,20 @@ class Trainer:
         )
         envs = self.make_envs(env_fns) if self.make_envs is not None else [make() for make in env_fns]
         return RolloutCollector(envs, self.backend, self.tokenizer, rollout)
+
+    def _task_strata(self) -> dict[Any, list[int]]:
+        """The training tasks' indices by their ``stratify_by`` value, read from an in-process env's task list."""
+        field = self.config.stratify_by
+        env = self.collector.envs[0] if self.collector.envs else None
+        tasks = getattr(getattr(env, "unwrapped", env), "tasks", None)
+        if tasks is None:
+            raise ConfigError(f"stratify_by={field!r} reads the task list of an env in this process (a ToolEnv's "
+                              "tasks); these envs have none (env workers, or an env of its own kind): drop "
+                              "stratify_by, or balance the loss with balance_by")
+        try:
+            return task_strata(tasks, field)
+        except InvalidValue as error:
+            raise ConfigError(str(error)) from error
 
     # ------------------------------------------------------------------------------------------ scoring
 
