@@ -430,6 +430,7 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
         directory = run_dir(args, recipe, seed)
         variant = RECIPES[recipe]
         metrics = run_metrics(directory)
+        evaluation = json.loads((directory / "final_eval.json").read_text())
         curve = json.loads((Path(args.out) / f"{warm_label}_curve.json").read_text())
         if (directory / "curve.json").is_file():
             curve.update(json.loads((directory / "curve.json").read_text()))
@@ -443,8 +444,8 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
             # runs from before devices.json ran on the CPU machines only
             "devices": json.loads(devices.read_text()) if (devices := directory / "devices.json").is_file()
             else ["cpu"],
-            "hours": run_hours(metrics, json.loads((directory / "final_eval.json").read_text())),
-            "warm_start_em": warm_ems, "final_em": ems(json.loads((directory / "final_eval.json").read_text())),
+            "hours": run_hours(metrics, evaluation),
+            "warm_start_em": warm_ems, "final_em": ems(evaluation),
             "em_curve": [(int(step), point["mix_em"]) for step, point in sorted(curve.items(), key=_step)],
             "second_search_curve": {f"{h}hop": [(int(step), point[f"{h}hop"]["multihop"])
                                                 for step, point in sorted(curve.items(), key=_step)]
