@@ -28,6 +28,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -115,7 +116,16 @@ def _start(command: Sequence[str], log: Path, threads: int = 1) -> subprocess.Po
 def _run(command: Sequence[str], log: Path, what: str, threads: int = 1) -> None:
     process = _start(command, log, threads)
     if process.wait() != 0:
-        raise SystemExit(f"{what} failed (exit {process.returncode}); see {log}")
+        raise SystemExit(f"{what} failed (exit {process.returncode}){_kill_hint(process.returncode)}; see {log}")
+
+
+def _kill_hint(returncode: int) -> str:
+    """Why a process may have died without a traceback: a SIGKILL is, on Linux, most often the out-of-memory
+    killer (fp32 updates on a CPU without native bf16 take about twice bf16's memory)."""
+    if returncode != -signal.SIGKILL:
+        return ""
+    return (": killed by SIGKILL, on Linux usually the out-of-memory killer (`dmesg | grep -i oom`); a smaller "
+            "--micro-batch-size lowers the update's peak memory (gradients accumulate to the same batch)")
 
 
 def fresh_flags(directory: Path) -> list[str]:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_gym.jsonl import iter_jsonl
+from agent_gym.trainers.metrics import UPDATE_BF16
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning import ENV_ID, ROOT, Timings, Variant, _agent_gym, _run, fresh_flags  # noqa: E402
@@ -445,6 +446,7 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
             "devices": json.loads(devices.read_text()) if (devices := directory / "devices.json").is_file()
             else ["cpu"],
             "hours": run_hours(metrics, evaluation),
+            "precision": run_precision(metrics),
             "warm_start_em": warm_ems, "final_em": ems(evaluation),
             "em_curve": [(int(step), point["mix_em"]) for step, point in sorted(curve.items(), key=_step)],
             "second_search_curve": {f"{h}hop": [(int(step), point[f"{h}hop"]["multihop"])
@@ -472,6 +474,19 @@ def run_hours(metrics: Sequence[dict[str, Any]], evaluation: dict[str, Any]) -> 
     if all("seconds" in evaluation.get(key, {}) for key in FINAL_MEASURES):
         hours["final_eval"] = round(sum(evaluation[key]["seconds"] for key in FINAL_MEASURES) / 3600, 2)
     return hours
+
+
+def run_precision(metrics: Sequence[dict[str, Any]]) -> str:
+    """The precision of a run's updates, from each step's ``perf/update_bf16``: ``bf16``, ``fp32``, or how many
+    steps took bf16 where the run moved between machines that chose differently (``--dtype auto`` measures: a CPU
+    without native bf16, like a Zen 3 EPYC, trains in fp32)."""
+    flags = [row[UPDATE_BF16] for row in metrics if UPDATE_BF16 in row]
+    if not flags:
+        return "unknown"
+    bf16 = sum(1 for flag in flags if flag >= 0.5)
+    if bf16 in (0, len(flags)):
+        return "bf16" if bf16 else "fp32"
+    return f"bf16 on {bf16} of {len(flags)} steps, fp32 on the rest"
 
 
 def _step(item: tuple[str, Any]) -> int:

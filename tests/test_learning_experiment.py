@@ -61,3 +61,14 @@ def test_a_run_killed_before_its_first_checkpoint_is_restarted_with_overwrite_an
     checkpoint.mkdir(parents=True)
     (checkpoint / STATE_FILE).write_bytes(b"state")
     assert learning.fresh_flags(tmp_path) == []  # resume it, never delete it
+
+
+def test_a_train_process_killed_without_a_traceback_is_reported_with_the_likely_cause(tmp_path: Path) -> None:
+    learning = _learning_module()
+    killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    with pytest.raises(SystemExit, match=r"exit -9\): killed by SIGKILL.*out-of-memory.*--micro-batch-size"):
+        learning._run(killed, tmp_path / "killed.log", "train x")
+    # an ordinary failure keeps the plain message: its log holds the traceback
+    with pytest.raises(SystemExit) as failed:
+        learning._run([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "failed.log", "train y")
+    assert str(failed.value) == f"train y failed (exit 3); see {tmp_path / 'failed.log'}"

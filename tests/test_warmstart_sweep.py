@@ -337,6 +337,19 @@ def test_a_run_resumed_from_the_repository_at_its_last_step_evaluates_the_commit
     assert all(result[key]["seconds"] >= 0 for key in rl_campaign.FINAL_MEASURES if key != "greedy_1hop")  # timed
 
 
+def test_a_campaign_record_names_the_precision_its_updates_took() -> None:
+    import rl_campaign
+
+    def steps(*flags: float) -> list[dict]:
+        return [{"step": i + 1, "perf/update_bf16": flag} for i, flag in enumerate(flags)]
+
+    assert rl_campaign.run_precision(steps(1.0, 1.0)) == "bf16"
+    assert rl_campaign.run_precision(steps(0.0, 0.0, 0.0)) == "fp32"  # e.g. a CPU without native bf16
+    # resumed on a machine that chose otherwise: both, counted
+    assert rl_campaign.run_precision(steps(1.0, 1.0, 0.0)) == "bf16 on 2 of 3 steps, fp32 on the rest"
+    assert rl_campaign.run_precision([{"step": 1}]) == "unknown"  # metrics from before the flag was logged
+
+
 def test_the_campaign_summary_replaces_only_the_runs_it_has_and_reuses_the_published_warm_measures(
         tmp_path: Path, monkeypatch) -> None:
     import argparse
@@ -372,6 +385,7 @@ def test_the_campaign_summary_replaces_only_the_runs_it_has_and_reuses_the_publi
     assert records[0]["final_em"]["greedy_mix"] == pytest.approx(0.9)
     assert records[0]["hours"] == {"train_steps": 1.0, "final_eval": 0.5}  # 2 steps of 1,800 s; 6 measures of 300 s
     assert records[0]["steps"] == 2  # what it trained, not the campaign's --steps 50
+    assert records[0]["precision"] == "unknown"  # its metrics do not log perf/update_bf16
     published = json.loads((results / "learning.json").read_text())
     assert [r["run"] for r in published] == ["sweep-e3-warm5", "rl-grpo-e3-s0", "rl-grpo-e3-s1"]
     assert plotted == [["rl-grpo-e3-s0", "rl-grpo-e3-s1"]]
