@@ -36,6 +36,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -291,8 +292,10 @@ def publish_run(directory: Path, step: int, source: Path | None = None) -> Path:
         for name in ("curve.json", "final_eval.json", "devices.json"):
             if (directory / name).is_file():
                 shutil.copy(directory / name, target / name)
+        # steps past ``step`` (a chunk killed after its first steps) are not the published adapter's
         (target / "metrics.jsonl").write_text("".join(
-            json.dumps(record) + "\n" for record in run_metrics(directory)), encoding="utf-8")
+            json.dumps(record) + "\n" for record in run_metrics(directory) if record.get("step", 0) <= step),
+            encoding="utf-8")
         _write_json(target / "progress.json", {"step": step, "run": directory.name})
     return target
 
@@ -305,11 +308,40 @@ def run_metrics(directory: Path) -> list[dict[str, Any]]:
             return []
         return [record for _, record in iter_jsonl(path.read_text(encoding="utf-8").splitlines(), path)]
 
-    offset = json.loads((directory / "offset.json").read_text())["offset"] if (directory / "offset.json").is_file() \
-        else 0
+    offset = run_offset(directory)
     history = [record for record in read(directory / HISTORY) if record.get("step", 0) <= offset]
     own = read(directory / "metrics.jsonl")
     return history + [{**record, "step": record.get("step", 0) + offset} for record in own]
+
+
+def run_offset(directory: Path) -> int:
+    """The committed step a run resumed from the repository started at (its train processes count from 1)."""
+    path = directory / "offset.json"
+    return int(json.loads(path.read_text())["offset"]) if path.is_file() else 0
+
+
+def publish_latest(args: argparse.Namespace, recipe: str, seed: int) -> Path | None:
+    """Publish a run's newest checkpoint (adapter, PPO's critic, metrics and curve up to it) as its step-25
+    publications are: for a sitting that ends before the run's next publication, so that ``--from-repo`` continues
+    it on the next machine instead of from the last multiple of 25."""
+    from agent_gym.trainers.checkpoint import export_checkpoint, latest_checkpoint
+
+    directory = run_dir(args, recipe, seed)
+    label = run_name(recipe, seed, args.tag)
+    checkpoint = latest_checkpoint(directory) if directory.is_dir() else None
+    if checkpoint is None:
+        print(f"{label}: no checkpoint to publish", flush=True)
+        return None
+    with tempfile.TemporaryDirectory() as scratch:
+        exported, step = export_checkpoint(checkpoint, Path(scratch) / "final")
+        step += run_offset(directory)
+        committed = repo_start(recipe, seed, args.tag)
+        if committed is not None and committed[1] >= step:
+            print(f"{label}: step {step} is published already (the repository holds step {committed[1]})", flush=True)
+            return None
+        target = publish_run(directory, step, source=exported)
+    print(f"{label}: step {step} published to {target}", flush=True)
+    return target
 
 
 def repo_start(recipe: str, seed: int, tag: str = "") -> tuple[Path, int] | None:
@@ -709,6 +741,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--from-repo", action="store_true",
                         help="continue runs from their committed adapters where no run directory exists")
     parser.add_argument("--summarize", action="store_true", help="records, table and curves only")
+    parser.add_argument("--publish-now", action="store_true",
+                        help="publish each run's newest checkpoint into experiments/checkpoints (adapter, critic, "
+                             "metrics, curve) for a sitting that ends between the runs' step-25 publications; "
+                             "--from-repo continues from it on the next machine")
     parser.add_argument("--transfer", action="store_true",
                         help="only the transfer table: zero-shot, naive RAG, the warm start and the published "
                              "adapters of --recipes x --seeds on the real datasets' samples")
@@ -730,6 +766,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.value_guided:
         run_value_guided(args, timings)
+        return 0
+    if args.publish_now:
+        for recipe in args.recipes:
+            for seed in args.seeds:
+                publish_latest(args, recipe, seed)
         return 0
     # step 0 of every curve: the warm start itself, played once
     curve_point(args, out / f"{warm_label}_curve.json", warm, 0)

@@ -263,6 +263,32 @@ def test_ppo_with_a_lora_critic_trains_both_and_resumes_the_critic(tmp_path):
     assert all(torch.equal(p, critic_after[n]) for n, p in resumed.critic.named_parameters())
 
 
+def test_a_checkpoint_exports_as_a_final_directory_whose_critic_starts_the_next_run(tmp_path):
+    from agent_gym.trainers.checkpoint import export_checkpoint
+
+    trainer = _trainer(tmp_path, algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4, critic_lr=1e-2)
+    trainer.train_step()
+    trainer.train_step()
+    checkpoint = trainer.save_checkpoint()
+    out, step = export_checkpoint(checkpoint, tmp_path / "exported")
+    assert step == 2 and out == tmp_path / "exported"
+    policy = checkpoint / "policy"
+    assert sorted(f.name for f in policy.iterdir()) == sorted(f.name for f in out.iterdir() if f.name != "critic.pt")
+    assert all((out / f.name).read_bytes() == f.read_bytes() for f in policy.iterdir() if f.is_file())
+    # the critic file is the one `save` writes: the next run starts from the trained critic, not a zero head
+    trained = dict(trainer.critic.named_parameters())
+    started = _trainer(tmp_path / "next", algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4,
+                       critic_init=str(out / "critic.pt"))
+    assert all(torch.equal(parameter, trained[name]) for name, parameter in started.critic.named_parameters())
+    # a critic-free run exports its policy alone
+    grpo = _trainer(tmp_path / "grpo", lora_rank=4)
+    grpo.train_step()
+    exported, _ = export_checkpoint(grpo.save_checkpoint(), tmp_path / "grpo-exported")
+    assert not (exported / "critic.pt").exists() and (exported / "adapter_config.json").is_file()
+    with pytest.raises(CheckpointError, match="trainer_state.pt"):
+        export_checkpoint(tmp_path / "exported", tmp_path / "again")  # a final/ directory is not a checkpoint
+
+
 def test_critic_init_starts_ppo_from_a_published_bf16_critic_and_refuses_a_mismatch(tmp_path):
     trainer = _trainer(tmp_path, algo="ppo", critic="lora", critic_lora_rank=4, lora_rank=4, critic_lr=1e-2)
     trainer.train_step()

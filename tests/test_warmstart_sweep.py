@@ -460,6 +460,47 @@ def test_a_run_resumed_from_the_repository_publishes_its_whole_history(tmp_path:
     assert json.loads((committed / "progress.json").read_text())["step"] == 4
 
 
+def test_a_sitting_that_ends_between_publications_publishes_the_newest_checkpoint(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    import argparse
+
+    import real_model
+    import rl_campaign
+    import torch
+    from safetensors.torch import save_file
+
+    from agent_gym.trainers.checkpoint import save_checkpoint
+
+    monkeypatch.setattr(real_model, "ROOT", tmp_path)
+    monkeypatch.setattr(rl_campaign, "CHECKPOINTS", tmp_path / "experiments" / "checkpoints")
+    args = argparse.Namespace(out=str(tmp_path / "runs"), tag="-e3")
+    directory = rl_campaign.run_dir(args, "ppo", 1)
+    directory.mkdir(parents=True)
+    # resumed from a committed step 10; its own steps 1-7 logged, the chunk killed after its step-5 checkpoint
+    (directory / "offset.json").write_text(json.dumps({"offset": 10, "adapter": "committed"}))
+    (directory / rl_campaign.HISTORY).write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 11)))
+    (directory / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 8)))
+    (directory / "curve.json").write_text(json.dumps({"10": {"mix_em": 0.5}}))
+    head = torch.full((1, 3), 0.25)
+    checkpoint = save_checkpoint(directory, 5, {"step": 5, "config": {"critic": "lora", "critic_lora_rank": 4},
+                                                "critic": {"value_head.weight": head}})
+    (checkpoint / "policy").mkdir()
+    save_file({"lora_A": torch.ones(2, 3)}, str(checkpoint / "policy" / "adapter_model.safetensors"))
+    (checkpoint / "policy" / "adapter_config.json").write_text("{}")
+
+    target = rl_campaign.publish_latest(args, "ppo", 1)
+
+    assert target == tmp_path / "experiments" / "checkpoints" / "rl-ppo-e3-s1"
+    assert json.loads((target / "progress.json").read_text())["step"] == 15
+    published = [json.loads(line)["step"] for line in (target / "metrics.jsonl").read_text().splitlines()]
+    assert published == list(range(1, 16))  # not steps 16 and 17, past the published adapter
+    critic = torch.load(target / "critic.pt", weights_only=True)
+    assert int(critic["lora_rank"]) == 4 and torch.equal(critic["value_head.weight"].float(), head)
+    assert rl_campaign.repo_start("ppo", 1, "-e3") == (target, 15)  # where the next machine continues
+    assert rl_campaign.publish_latest(args, "ppo", 1) is None  # published already: nothing replaced
+    assert rl_campaign.publish_latest(args, "ppo", 2) is None  # no run directory, nothing to publish
+
+
 def test_a_warm_start_trained_in_another_sitting_gets_its_record_from_the_committed_summary(
         tmp_path: Path, monkeypatch) -> None:
     committed = tmp_path / "checkpoints" / "sweep-e3-warm25"

@@ -123,6 +123,27 @@ def save_checkpoint(
     return final
 
 
+def export_checkpoint(path: str | Path, out_dir: str | Path) -> tuple[Path, int]:
+    """A checkpoint's policy as a run's ``final/`` holds it: the Hugging Face directory (LoRA: the adapter) and a
+    PPO run's critic beside it (``critic.pt``, as ``train --critic-init`` and ``eval --value-guided`` take it).
+    For a run that must leave a machine between two ``final/`` saves; returns ``out_dir`` and the step."""
+    from agent_gym.trainers.critic import CRITIC_FILE, critic_file_state
+
+    path, out_dir = Path(path), Path(out_dir)
+    state = load_checkpoint(path)
+    policy = path / POLICY_DIR
+    if not policy.is_dir():
+        raise CheckpointError(f"{path} holds no {POLICY_DIR}/ directory: it was saved without its policy")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    shutil.copytree(policy, out_dir)
+    if "critic" in state:
+        config = state.get("config", {})
+        torch.save(critic_file_state(state["critic"], config.get("critic", "full"), config.get("critic_lora_rank", 0)),
+                   out_dir / CRITIC_FILE)
+    return out_dir, int(state["step"])
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The state dict saved by `save_checkpoint` (CPU tensors)."""
     path = Path(path)

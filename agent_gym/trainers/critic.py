@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from agent_gym.error import InvalidValue
 from agent_gym.trainers.packed_forward import packed_values
 
-__all__ = ["CRITIC_FILE", "LoraValueModel", "ValueModel", "critic_from_policy", "load_critic_state"]
+__all__ = ["CRITIC_FILE", "LoraValueModel", "ValueModel", "critic_file_state", "critic_from_policy",
+           "load_critic_state"]
 
 CRITIC_FILE = "critic.pt"  # beside the policy in a run's final/ directory
 
@@ -245,6 +246,16 @@ def critic_from_policy(policy: torch.nn.Module, kind: str, lora_rank: int = 16) 
     if kind == "lora":
         return LoraValueModel(policy, lora_rank)
     return ValueModel.from_policy(policy)
+
+
+def critic_file_state(state: dict[str, torch.Tensor], kind: str, lora_rank: int) -> dict[str, torch.Tensor]:
+    """A critic's ``state_dict`` (as a training checkpoint holds it) in the form ``save`` writes: a LoRA critic's
+    file carries its rank, which its state dict does not."""
+    if kind == "lora":
+        return {**state, _LORA_RANK_KEY: torch.tensor(lora_rank)}
+    if kind == "full":
+        return dict(state)
+    raise InvalidValue(f"unknown critic kind {kind!r}; a checkpoint's critic is full or lora")
 
 
 def load_critic_state(critic: ValueModel | LoraValueModel, path: str | Path) -> None:
