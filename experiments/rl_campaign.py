@@ -29,6 +29,8 @@ runs one torch thread, ``--parallel`` runs at a time (two on the 2-core machine,
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -39,7 +41,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -235,18 +237,30 @@ def _measure_main(adapter: str, env_json: str, questions: str, temperature: str,
 
 
 def curve_point(args: argparse.Namespace, path: Path, adapter: Path, step: int) -> dict[str, Any]:
-    """Held-out greedy EM and second-search rate of an adapter at ``step``, each hop count (cached in ``path``)."""
-    curve: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-    if str(step) not in curve:
-        point = {}
-        for hops in (1, 2):
-            played = measure_adapter(adapter, {**CURVE_WORLD, "hops": hops}, args.curve_questions, 0.0, 0)
-            point[f"{hops}hop"] = {"em": played["em"], "multihop": played["multihop"], "f1": played["f1"]}
-        point["mix_em"] = (point["1hop"]["em"] + point["2hop"]["em"]) / 2
-        curve[str(step)] = point
-        _write_json(path, curve)
-        print(f"{path.parent.name} step {step}: {json.dumps(point)}", flush=True)
-    return curve[str(step)]
+    """Held-out greedy EM and second-search rate of an adapter at ``step``, each hop count (cached in ``path``).
+    Under a lock on ``path``: two campaign processes started side by side (one run each) measure the warm start's
+    point once, the second reading what the first wrote."""
+    with _locked(path):
+        curve: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+        if str(step) not in curve:
+            point = {}
+            for hops in (1, 2):
+                played = measure_adapter(adapter, {**CURVE_WORLD, "hops": hops}, args.curve_questions, 0.0, 0)
+                point[f"{hops}hop"] = {"em": played["em"], "multihop": played["multihop"], "f1": played["f1"]}
+            point["mix_em"] = (point["1hop"]["em"] + point["2hop"]["em"]) / 2
+            curve[str(step)] = point
+            _write_json(path, curve)
+            print(f"{path.parent.name} step {step}: {json.dumps(point)}", flush=True)
+        return curve[str(step)]
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (a ``.lock`` file beside it) across processes and threads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 FINAL_MEASURES = {  # key: (world, hops, temperature, seed)

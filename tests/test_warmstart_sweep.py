@@ -460,6 +460,36 @@ def test_a_run_resumed_from_the_repository_publishes_its_whole_history(tmp_path:
     assert json.loads((committed / "progress.json").read_text())["step"] == 4
 
 
+def test_two_campaigns_started_side_by_side_measure_the_warm_starts_curve_point_once(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    import argparse
+    import threading
+    import time
+
+    import rl_campaign
+
+    played: list[int] = []
+
+    def measure(adapter, env_kwargs, questions, temperature, seed):
+        played.append(env_kwargs["hops"])
+        time.sleep(0.2)  # long enough for the other campaign to arrive while this one measures
+        return {"em": 0.5, "multihop": 0.25 * env_kwargs["hops"], "f1": 0.5}
+
+    monkeypatch.setattr(rl_campaign, "measure_adapter", measure)
+    args = argparse.Namespace(curve_questions=4)
+    path = tmp_path / "rl-e3" / "warm75_curve.json"
+    points: list[dict] = []
+    campaigns = [threading.Thread(target=lambda: points.append(rl_campaign.curve_point(args, path, tmp_path, 0)))
+                 for _ in range(2)]
+    for campaign in campaigns:
+        campaign.start()
+    for campaign in campaigns:
+        campaign.join()
+    assert sorted(played) == [1, 2]  # one measure of each hop count, not two
+    assert points[0] == points[1] == json.loads(path.read_text())["0"]
+    assert points[0]["2hop"]["multihop"] == 0.5 and points[0]["mix_em"] == 0.5
+
+
 def test_a_sitting_that_ends_between_publications_publishes_the_newest_checkpoint(tmp_path: Path,
                                                                                     monkeypatch) -> None:
     import argparse
