@@ -408,6 +408,9 @@ def run_one(args: argparse.Namespace, recipe: str, seed: int, warm: Path, timing
         saved = json.loads((directory / "offset.json").read_text())
         start, offset = Path(saved["adapter"]), int(saved["offset"])
     label = run_name(recipe, seed, args.tag)
+    if offset and offset % CURVE_EVERY == 0 and steps_done(directory) == 0:
+        # published at a curve step by --publish-now before its point was measured: no later chunk measures it
+        curve_point(args, directory / "curve.json", start, offset)
     while (done := offset + steps_done(directory)) < args.steps:
         target, curve_due, publish_due = next_chunk(done, args.steps, args.chunk)
         began = time.perf_counter()

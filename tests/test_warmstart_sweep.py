@@ -317,6 +317,7 @@ def test_a_run_resumed_from_the_repository_at_its_last_step_evaluates_the_commit
     committed.mkdir(parents=True)
     (committed / "progress.json").write_text(json.dumps({"step": 50, "run": "grpo-s0"}))
     (committed / "final_eval.json").write_text(json.dumps({"greedy_1hop": {"em": 0.5}}))  # measured elsewhere
+    (committed / "curve.json").write_text(json.dumps({"50": {"mix_em": 0.5}}))  # its last curve point with it
     monkeypatch.setattr(rl_campaign, "CHECKPOINTS", checkpoints)
     monkeypatch.setattr(rl_campaign, "_run", lambda *a, **k: pytest.fail("a finished run trains no further"))
     measured: list[tuple[Path, str]] = []
@@ -335,6 +336,34 @@ def test_a_run_resumed_from_the_repository_at_its_last_step_evaluates_the_commit
     result = json.loads((committed / "final_eval.json").read_text())  # back beside the adapter, complete
     assert result["greedy_1hop"] == {"em": 0.5} and set(result) == set(rl_campaign.FINAL_MEASURES)
     assert all(result[key]["seconds"] >= 0 for key in rl_campaign.FINAL_MEASURES if key != "greedy_1hop")  # timed
+
+
+def test_a_run_published_at_a_curve_step_before_its_point_gets_the_point_on_the_next_machine(
+        tmp_path: Path, monkeypatch) -> None:
+    import argparse
+
+    import rl_campaign
+
+    committed = tmp_path / "checkpoints" / "rl-grpo-s0"
+    committed.mkdir(parents=True)
+    (committed / "progress.json").write_text(json.dumps({"step": 10, "run": "grpo-s0"}))  # by --publish-now
+    monkeypatch.setattr(rl_campaign, "CHECKPOINTS", tmp_path / "checkpoints")
+    measured: list[tuple[Path, int]] = []
+
+    def measure(adapter, env_kwargs, questions, temperature, seed):
+        measured.append((adapter, env_kwargs["hops"]))
+        return {"em": 0.5, "multihop": 0.5, "f1": 0.5}
+
+    monkeypatch.setattr(rl_campaign, "measure_adapter", measure)
+    trained: list[list[str]] = []
+    monkeypatch.setattr(rl_campaign, "_run", lambda command, *a, **k: trained.append(command))
+    args = argparse.Namespace(out=str(tmp_path / "runs"), tag="", steps=10, chunk=5, from_repo=True,
+                              final_eval=False, curve_questions=4)
+    rl_campaign.run_one(args, "grpo", 0, tmp_path / "warm", rl_campaign.Timings(tmp_path))
+
+    assert measured == [(committed, 1), (committed, 2)]  # the committed adapter's point at step 10, once
+    curve = json.loads((tmp_path / "runs" / "rl" / "grpo-s0" / "curve.json").read_text())
+    assert list(curve) == ["10"] and not trained
 
 
 def test_a_campaign_record_names_the_precision_its_updates_took() -> None:
