@@ -230,7 +230,7 @@ class LoraValueModel(torch.nn.Module):
 
     def save(self, path: str | Path) -> None:
         """The adapters and the value head, with the rank (no base weights: they are the policy's)."""
-        torch.save({**self.state_dict(), _LORA_RANK_KEY: torch.tensor(self.rank)}, path)
+        torch.save(critic_file_state(self.state_dict(), "lora", self.rank), path)
 
     @classmethod
     def from_state(cls, policy: torch.nn.Module, state: dict[str, torch.Tensor]) -> LoraValueModel:
