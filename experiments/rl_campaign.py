@@ -41,7 +41,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -508,8 +508,9 @@ def summarize(args: argparse.Namespace, warm_label: str, warm: Path) -> list[dic
     merged = [r for r in published if r.get("run") not in runs] + records
     campaign = [r for r in merged if _same_campaign(str(r.get("run", "")), args.tag)
                 and r.get("warm_start") == warm_label]
-    write_table(campaign, warm_label, warm_ems, args.tag)
-    plot(campaign, warm_ems, args.tag)
+    others = sweep_warm_starts(merged, args.tag, warm_label)
+    write_table(campaign, warm_label, warm_ems, args.tag, others)
+    plot(campaign, warm_ems, args.tag, others)
     _write_json(path, merged)
     return records
 
@@ -566,15 +567,27 @@ def _same_campaign(run: str, tag: str) -> bool:
     return found.group(0) == tag
 
 
+def sweep_warm_starts(published: Sequence[dict[str, Any]], tag: str, chosen: str) -> dict[str, dict[str, float]]:
+    """The sweep's other warm starts (label -> their learning.json ``final_em``, fewer 2-hop demos first): what
+    the campaign's table and curves are read against, since the target asks RL to beat every one of them."""
+    prefix = "sweep" + re.match(r"(-e\d+)?", tag).group(0) + "-"  # campaign "-e3" or "-e3-warm50": "sweep-e3-"
+    sft = sorted((r for r in published if r.get("algorithm") == "sft" and str(r.get("run", "")).startswith(prefix)),
+                 key=lambda r: r.get("two_hop_share", 0.0))
+    return {label: r["final_em"] for r in sft
+            if re.fullmatch(r"warm\d+", label := r["run"][len(prefix):]) and label != chosen
+            and all(key in r.get("final_em", {}) for key in ("greedy_mix", "greedy_1hop", "greedy_2hop"))}
+
+
 def results_file(name: str, tag: str) -> Path:
     """docs/results/NAME, with the campaign's tag before the suffix (rl_table_e3.md)."""
     path = ROOT / "docs" / "results" / name
     return path.with_name(f"{path.stem}{tag.replace('-', '_')}{path.suffix}")
 
 
-def write_table(records: Sequence[dict[str, Any]], warm_label: str, warm: dict[str, float], tag: str = "") -> None:
+def write_table(records: Sequence[dict[str, Any]], warm_label: str, warm: dict[str, float], tag: str = "",
+                others: Mapping[str, Mapping[str, float]] | None = None) -> None:
     """The final evals by recipe: the mean over seeds ± their sample standard deviation (n - 1), or the one
-    seed's value."""
+    seed's value; below the chosen warm start, the sweep's ``others`` (what the sweep measured of them)."""
     def cell(values: Sequence[float]) -> str:
         if not values:
             return "…"
@@ -586,6 +599,10 @@ def write_table(records: Sequence[dict[str, Any]], warm_label: str, warm: dict[s
              "|---|---|---|---|---|---|",
              f"| warm start ({warm_label}) | {warm['greedy_mix']:.3f} | {warm['greedy_1hop']:.3f} | "
              f"{warm['greedy_2hop']:.3f} | {warm['sampled']:.3f} | {warm['world1_greedy_mix']:.3f} |"]
+    for label, em in (others or {}).items():
+        lines.append(f"| another warm start of the sweep ({label}) | " + " | ".join(
+            f"{em[key]:.3f}" if key in em else "…"
+            for key in ("greedy_mix", "greedy_1hop", "greedy_2hop", "sampled", "world1_greedy_mix")) + " |")
     for recipe in dict.fromkeys(r["recipe"] for r in records):
         rows = [r["final_em"] for r in records if r["recipe"] == recipe]
         lines.append(f"| {RECIPES[recipe].label} | " + " | ".join(
@@ -593,20 +610,24 @@ def write_table(records: Sequence[dict[str, Any]], warm_label: str, warm: dict[s
             for key in ("greedy_mix", "greedy_1hop", "greedy_2hop", "sampled", "world1_greedy_mix")) + " |")
     questions = "/".join(str(n) for n in sorted({r.get("eval_episodes", "?") for r in records}, key=str))
     lines += ["", f"Final evals: greedy or sampled EM on {questions} held-out questions of each hop count (world 7; "
-              "world 1 in the last column); a cell is the mean over seeds ± their sample standard deviation."]
+              "world 1 in the last column); a cell is the mean over seeds ± their sample standard deviation."
+              + (" The sweep's other warm starts: its own evals of them on the same questions (… where it measured "
+                 "none, as world 1)." if others else "")]
     results_file("rl_table.md", tag).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines), flush=True)
 
 
-def plot(records: Sequence[dict[str, Any]], warm: dict[str, float], tag: str = "") -> None:
-    """Held-out mix EM and the second-search rate on each hop count by step: mean over seeds and a min-max band."""
+def plot(records: Sequence[dict[str, Any]], warm: dict[str, float], tag: str = "",
+         others: Mapping[str, Mapping[str, float]] | None = None) -> None:
+    """Held-out mix EM and the second-search rate on each hop count by step: mean over seeds and a min-max band;
+    the chosen warm start's final greedy mix EM dashed, the sweep's ``others`` dotted and named at the right."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.6))
     panels = (("held-out mix EM (greedy)", lambda r: r["em_curve"]),
               ("second search, 1-hop questions", lambda r: r["second_search_curve"]["1hop"]),
               ("second search, 2-hop questions", lambda r: r["second_search_curve"]["2hop"]))
@@ -622,9 +643,18 @@ def plot(records: Sequence[dict[str, Any]], warm: dict[str, float], tag: str = "
         axis.set_title(title)
         axis.set_xlabel("RL step")
         axis.set_ylim(-0.02, 1.02)
-    axes[0].axhline(warm["greedy_mix"], color="grey", linestyle="--", label="warm start")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    axes[0].axhline(warm["greedy_mix"], color="grey", linestyle="--", label="warm start (final eval)")
+    marks: dict[float, list[str]] = {warm["greedy_mix"]: ["chosen"]}  # marks closer than a line share its name
+    for label, em in (others or {}).items():
+        axes[0].axhline(em["greedy_mix"], color="grey", linestyle=":", linewidth=0.8,
+                        label="the sweep's other warm starts" if len(marks) == 1 else None)
+        near = next((y for y in marks if abs(y - em["greedy_mix"]) < 0.03), em["greedy_mix"])
+        marks.setdefault(near, []).append(label)
+    for y, labels in marks.items():
+        axes[0].text(1.01, y, ", ".join(labels), transform=axes[0].get_yaxis_transform(), fontsize=7, va="center")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.045 * ((len(labels) + 2) // 3), 1, 1))
     fig.savefig(results_file("rl_curves.png", tag), dpi=80)
     plt.close(fig)
 

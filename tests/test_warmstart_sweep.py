@@ -391,7 +391,8 @@ def test_the_campaign_summary_replaces_only_the_runs_it_has_and_reuses_the_publi
             "world1_greedy_mix": 0.75}
     finished_elsewhere = {"run": "rl-grpo-e3-s0", "recipe": "grpo", "warm_start": "warm75", "final_em": warm,
                           "warm_start_em": warm, "em_curve": [], "second_search_curve": {}}
-    other = {"run": "sweep-e3-warm5", "algorithm": "sft"}
+    other = {"run": "sweep-e3-warm5", "algorithm": "sft", "two_hop_share": 0.05,
+             "final_em": {"greedy_mix": 0.46, "greedy_1hop": 0.92, "greedy_2hop": 0.0, "sampled": 0.425}}
     (results / "learning.json").write_text(json.dumps([other, finished_elsewhere]))
     monkeypatch.setattr(rl_campaign, "ROOT", tmp_path)
     monkeypatch.setattr(rl_campaign, "final_eval", lambda *a: pytest.fail("the warm start is not played again"))
@@ -419,6 +420,9 @@ def test_the_campaign_summary_replaces_only_the_runs_it_has_and_reuses_the_publi
     assert [r["run"] for r in published] == ["sweep-e3-warm5", "rl-grpo-e3-s0", "rl-grpo-e3-s1"]
     assert plotted == [["rl-grpo-e3-s0", "rl-grpo-e3-s1"]]
     assert "(n=2)" in (results / "rl_table_e3.md").read_text()  # both seeds in the table
+    # the sweep's other warm starts are rows too (the target: above every one); world 1 was not measured for them
+    assert "| another warm start of the sweep (warm5) | 0.460 | 0.920 | 0.000 | 0.425 | … |" in (
+        results / "rl_table_e3.md").read_text()
 
 
 def test_the_campaign_table_gives_the_mean_and_sample_standard_deviation_over_seeds(tmp_path: Path,
@@ -440,6 +444,45 @@ def test_the_campaign_table_gives_the_mean_and_sample_standard_deviation_over_se
     assert "0.800 ± 0.173 (n=3)" in grpo  # sd of (0.6, 0.9, 0.9) with n - 1; half the range would be 0.150
     assert "0.700 (n=1)" in ppo and "±" not in ppo
     assert "sample standard deviation" in table and "200 held-out questions" in table
+
+
+def test_the_campaign_reads_its_runs_against_every_other_warm_start_of_its_own_sweep() -> None:
+    import rl_campaign
+
+    def sft(run: str, share: float, mix: float | None = 0.5) -> dict:
+        em = {} if mix is None else {"greedy_mix": mix, "greedy_1hop": mix, "greedy_2hop": mix}
+        return {"run": run, "algorithm": "sft", "two_hop_share": share, "final_em": em}
+
+    published = [sft("sweep-e3-warm50", 0.5, 0.69), sft("sweep-e3-warm5", 0.05, 0.46), sft("sweep-e3-warm75", 0.75),
+                 sft("sweep-warm25", 0.25), sft("sweep-e3-warm100", 1.0, None),
+                 {"run": "rl-grpo-e3-s0", "algorithm": "grpo", "final_em": {"greedy_mix": 0.8}}]
+
+    others = rl_campaign.sweep_warm_starts(published, "-e3", "warm75")
+    assert list(others) == ["warm5", "warm50"]  # by share; not the chosen one, another sweep's, nor an unmeasured one
+    assert others["warm50"]["greedy_mix"] == 0.69
+    assert list(rl_campaign.sweep_warm_starts(published, "-e3-warm50", "warm50")) == ["warm5", "warm75"]
+    assert list(rl_campaign.sweep_warm_starts(published, "", "warm75")) == ["warm25"]  # the 1-epoch sweep
+
+
+def test_the_campaign_curves_mark_the_sweeps_warm_starts(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.axes
+    import rl_campaign
+
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    monkeypatch.setattr(rl_campaign, "ROOT", tmp_path)
+    marked: list[float] = []
+    axhline = matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline",
+                        lambda self, y=0, *a, **k: marked.append(y) or axhline(self, y, *a, **k))
+    curve = [(0, 0.6), (10, 0.7)]
+    record = {"recipe": "grpo_lr5e-5_kl0.3", "em_curve": curve,
+              "second_search_curve": {"1hop": curve, "2hop": curve}}
+
+    rl_campaign.plot([record, record], {"greedy_mix": 0.72}, "-e3",
+                     {"warm5": {"greedy_mix": 0.46}, "warm50": {"greedy_mix": 0.69}})
+
+    assert marked == [0.72, 0.46, 0.69]  # the chosen warm start, then each other one
+    assert (tmp_path / "docs" / "results" / "rl_curves_e3.png").stat().st_size > 10_000
 
 
 def test_a_published_ppo_run_carries_its_critic_in_bf16(tmp_path: Path, monkeypatch) -> None:
