@@ -179,9 +179,12 @@ def steps_done(directory: Path) -> int:
 
 
 def train_command(args: argparse.Namespace, start: Path, recipe: Variant, seed: int, total_steps: int,
-                  directory: Path, warm: Path | None = None) -> list[str]:
-    """The `agent-gym train` command of one chunk; ``warm`` fills the recipe flags' `WARM` (default: ``start``)."""
+                  directory: Path, warm: Path | None = None, offset: int = 0) -> list[str]:
+    """The `agent-gym train` command of one chunk; ``warm`` fills the recipe flags' `WARM` (default: ``start``);
+    ``offset``: the steps the committed adapter ``start`` had trained, whose task draws are not played again."""
     flags = [str(warm or start) if flag == WARM else flag for flag in recipe.flags]
+    if offset:
+        flags = ["--step-offset", str(offset), *flags]
     if recipe.algo == "ppo" and (start / "critic.pt").is_file():
         flags = ["--critic-init", str(start / "critic.pt"), *flags]  # a committed PPO run: its critic goes on too
     command = _agent_gym(
@@ -415,7 +418,7 @@ def run_one(args: argparse.Namespace, recipe: str, seed: int, warm: Path, timing
         target, curve_due, publish_due = next_chunk(done, args.steps, args.chunk)
         began = time.perf_counter()
         note_device(directory)
-        _run(train_command(args, start, RECIPES[recipe], seed, target - offset, directory, warm),
+        _run(train_command(args, start, RECIPES[recipe], seed, target - offset, directory, warm, offset),
              Path(args.out) / "logs" / f"{label}.log", f"train {label}")
         timings.record(f"rl {label}", time.perf_counter() - began)
         if curve_due:

@@ -182,6 +182,33 @@ def test_stratify_by_hops_gives_every_step_each_hop_count_equally(tmp_path):
         [{1: 4, 2: 4}] * 3  # 2 tasks of each hop count a step, 2 episodes each
 
 
+def _draws(trainer: Trainer, steps: int) -> list[tuple[list[int], int]]:
+    """The task indices and the sampling seed of each of ``steps`` training steps."""
+    draws: list[tuple[list[int], int]] = []
+    collect = trainer.collector.collect
+
+    def recording(specs, group_size, greedy, seed):
+        draws.append(([spec["options"]["task_index"] for spec in specs], seed))
+        return collect(specs, group_size, greedy=greedy, seed=seed)
+
+    trainer.collector.collect = recording
+    for _ in range(steps):
+        trainer.train_step()
+    return draws
+
+
+@pytest.mark.parametrize("stratify_by", [None, "hops"])
+def test_a_run_continued_with_a_step_offset_draws_on_instead_of_replaying_its_first_steps(tmp_path, stratify_by):
+    whole = _draws(_trainer(tmp_path / "whole", scripted_draws=False, stratify_by=stratify_by, tasks_per_step=4), 3)
+    fresh = _draws(_trainer(tmp_path / "fresh", scripted_draws=False, stratify_by=stratify_by, tasks_per_step=4), 1)
+    continued = _trainer(tmp_path / "continued", scripted_draws=False, stratify_by=stratify_by, tasks_per_step=4,
+                         step_offset=2)
+    assert fresh == whole[:1]  # a run without the offset starts where every run does
+    assert _draws(continued, 1) == whole[2:]  # the continuation's first step is the whole run's third
+    assert whole[2] != whole[0]
+    assert continued.step == 1  # its own steps still count from 1 (metrics, checkpoints, total_steps)
+
+
 def test_stratify_by_refuses_a_field_the_tasks_lack_and_envs_without_a_task_list(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="stratify_by='level'.*hops"):
         _trainer(tmp_path, scripted_draws=False, stratify_by="level")

@@ -120,7 +120,10 @@ def test_a_recipe_flag_overrides_the_campaign_setting_it_repeats(tmp_path: Path)
     assert ppo[ppo.index("--critic-init") + 1] == str(tmp_path / "rl-committed" / "critic.pt")
     grpo = rl_campaign.train_command(args, tmp_path / "rl-committed", rl_campaign.RECIPES["grpo_lr5e-5_kl0.3"], 0, 5,
                                      tmp_path, warm=tmp_path / "warm75")
-    assert "--critic-init" not in grpo
+    assert "--critic-init" not in grpo and "--step-offset" not in grpo
+    continued = rl_campaign.train_command(args, tmp_path / "rl-committed", rl_campaign.RECIPES["grpo_lr5e-5_kl0.3"],
+                                          0, 5, tmp_path, warm=tmp_path / "warm75", offset=20)
+    assert continued[continued.index("--step-offset") + 1] == "20"  # draws on from its step 20, not from step 1
 
 
 def test_a_campaign_on_vllm_runs_its_train_processes_in_the_vllm_venv(tmp_path: Path) -> None:
@@ -364,6 +367,39 @@ def test_a_run_published_at_a_curve_step_before_its_point_gets_the_point_on_the_
     assert measured == [(committed, 1), (committed, 2)]  # the committed adapter's point at step 10, once
     curve = json.loads((tmp_path / "runs" / "rl" / "grpo-s0" / "curve.json").read_text())
     assert list(curve) == ["10"] and not trained
+
+
+def test_a_run_continued_from_the_repository_trains_on_from_its_step_with_new_task_draws(
+        tmp_path: Path, monkeypatch) -> None:
+    import argparse
+
+    import rl_campaign
+
+    committed = tmp_path / "checkpoints" / "rl-grpo-s0"
+    committed.mkdir(parents=True)
+    (committed / "progress.json").write_text(json.dumps({"step": 10, "run": "grpo-s0"}))
+    (committed / "curve.json").write_text(json.dumps({"10": {"mix_em": 0.5}}))
+    monkeypatch.setattr(rl_campaign, "CHECKPOINTS", tmp_path / "checkpoints")
+    calls: list[tuple[Path, int, int]] = []
+
+    def command(args, start, recipe, seed, total_steps, directory, warm=None, offset=0):
+        calls.append((start, total_steps, offset))
+        return ["train", str(directory), str(total_steps)]
+
+    def train(command, *a, **k):  # the train process: its own steps, numbered from 1
+        directory, steps = Path(command[1]), int(command[2])
+        (directory / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, steps + 1)))
+
+    monkeypatch.setattr(rl_campaign, "train_command", command)
+    monkeypatch.setattr(rl_campaign, "_run", train)
+    monkeypatch.setattr(rl_campaign, "curve_point", lambda *a: {})  # the last step's point and publication:
+    monkeypatch.setattr(rl_campaign, "publish_run", lambda *a: None)  # not this test's
+    args = argparse.Namespace(out=str(tmp_path / "runs"), tag="", steps=15, chunk=5, from_repo=True,
+                              final_eval=False)
+    rl_campaign.run_one(args, "grpo", 0, tmp_path / "warm", rl_campaign.Timings(tmp_path))
+
+    # steps 11-15 from the committed adapter, told its 10 steps so that their task draws are not played again
+    assert calls == [(committed, 5, 10)]
 
 
 def test_a_campaign_record_names_the_precision_its_updates_took() -> None:

@@ -428,6 +428,15 @@ class TrainConfig:
         ),
     )
     seed: int = field(default=0, metadata=_help("Seed of torch, numpy, random and the task sampler."))
+    step_offset: int = field(
+        default=0,
+        metadata=_help(
+            "Steps already trained by the run this one continues from its saved adapter with a fresh optimizer "
+            "(--adapter DIR of a run's step N): the task draws and the sampling seeds go on from that run's step N "
+            "(task position N * tasks_per_step) instead of repeating its first steps. Step numbers, total_steps "
+            "and the LR schedule still count this process's steps. 0: a run of its own."
+        ),
+    )
     show_progress: bool = field(
         default=True, metadata=_help("Show tqdm progress bars (training steps and each rollout).")
     )
@@ -482,6 +491,7 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         non_negative = (
             "total_steps",
+            "step_offset",
             "warmup_steps",
             "eval_every",
             "eval_episodes",

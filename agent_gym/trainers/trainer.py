@@ -235,7 +235,8 @@ class Trainer:
         self.backend = backend if backend is not None else self._make_backend()
         self.collector = self._make_collector(self.env_fns)
         self._eval_collector = None
-        self.sampler = TaskSampler(config.seed, strata=self._task_strata() if config.stratify_by else None)
+        self.sampler = TaskSampler(config.seed, position=config.step_offset * config.tasks_per_step,
+                                   strata=self._task_strata() if config.stratify_by else None)
         self.step = 0
         self.resumed_from: Path | None = None
         self._run_dir_claimed = False
@@ -505,7 +506,7 @@ class Trainer:
     def _update(self, batch: UpdateBatch) -> dict[str, float]:
         """ppo_epochs x num_mini_batches optimizer steps with micro-batch gradient accumulation."""
         config = self.config
-        generator = torch.Generator().manual_seed(config.seed * 1_000_003 + self.step)
+        generator = torch.Generator().manual_seed(self._step_seed())
         totals: dict[str, list[float]] = defaultdict(list)
         self.model.train()
         for _ in range(config.ppo_epochs):
@@ -596,6 +597,11 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------ loop
 
+    def _step_seed(self) -> int:
+        """The seed of this step's sampling and mini-batch order: a step of a continued run (step_offset) gets the
+        seed its step number in the whole run has, not that of the run's first steps again."""
+        return self.config.seed * 1_000_003 + self.config.step_offset + self.step
+
     def train_step(self) -> dict[str, float]:
         """One rollout batch and its update; returns the step's metrics.
 
@@ -606,7 +612,7 @@ class Trainer:
         config = self.config
         started = time.perf_counter()
         dropped_before = self.collector.dropped_episodes
-        step_seed = config.seed * 1_000_003 + self.step
+        step_seed = self._step_seed()
 
         def collect_round(round_index: int) -> list[Trajectory]:
             specs = self.sampler.draw(config.tasks_per_step)
