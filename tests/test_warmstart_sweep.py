@@ -765,3 +765,22 @@ def test_each_mask_ablation_runs_its_paired_recipe_with_only_the_mask_turned_off
                         for name in ("grpo_lr5e-5_kl0.3_stratified", "grpo_lr5e-5_kl0.3"))
     at = stratified.index("--stratify-by")
     assert stratified[at + 1] == "hops" and stratified[:at] + stratified[at + 2:] == full  # GRPO's run but for the draw
+
+
+def test_the_replay_check_finds_the_step_after_which_a_run_drew_its_first_tasks_again() -> None:
+    import draw_replay_check as check
+
+    def metrics(seed: int, restart: int, steps: int) -> list[dict]:
+        rows, position = [], 0
+        for step in range(1, steps + 1):
+            if restart and step == restart + 1:
+                position = 0
+            hops = check.step_hops(seed, position, check.TASKS_PER_STEP)
+            position += check.TASKS_PER_STEP
+            rows.append({"step": step, **{f"charts/em/{h}": 0.5 for h in (1, 2) if h in hops},
+                         **{f"charts/informative_groups/{h}": 1 / hops.count(h) for h in (1, 2) if h in hops}})
+        return rows
+
+    replayed, whole = metrics(1, 20, 50), metrics(1, 0, 50)
+    assert check.agreeing_steps(replayed, 1, 20) == 50 and check.agreeing_steps(replayed, 1, 0) < 50
+    assert check.agreeing_steps(whole, 1, 0) == 50 and check.agreeing_steps(whole, 1, 20) < 50
