@@ -103,7 +103,7 @@ class ToolEnv(gym.Env[str, str]):
         tasks: the tasks an episode can be about, or a factory returning them.
         tools: the tools the agent may call, or a factory returning them.
         tool_format: wire format name (``hermes``, ``xml``, ``openai``) or a :class:`ToolFormat`.
-        reward: reward spec name (``paper``, ``dense``) or a :class:`RewardSpec`.
+        reward: reward spec name (``paper``, ``dense``, ``dense_charged``) or a :class:`RewardSpec`.
         max_turns: turns before the episode is truncated.
         max_calls_per_turn: tool calls run per turn; extra calls are a format error.
         max_action_chars: longest turn that is parsed; longer turns are refused as malformed.
@@ -218,6 +218,7 @@ class ToolEnv(gym.Env[str, str]):
         self._turn = 0
         self._well_formed_turns = 0
         self._process_paid = 0.0
+        self._idle_charged = 0.0
         self._found_titles: set[str] = set()
         self._retrieved_titles: set[str] = set()
         self._best_progress = 0.0
@@ -405,7 +406,8 @@ class ToolEnv(gym.Env[str, str]):
 
     def _pay_process(self, tool: Tool | None, result: ToolResult) -> float:
         """Process reward of one call: the tool's own reward, else newly shown gold evidence (`Tool.evidence`)
-        plus the units by which the result's ``metadata["progress"]`` beats the episode's best so far."""
+        plus the units by which the result's ``metadata["progress"]`` beats the episode's best so far; a call
+        that ran and made none of that pays the spec's ``idle_call_cost`` instead (negative)."""
         assert self.task is not None
         titles = [str(title) for title in tool.evidence(result)] if tool is not None else []
         self._retrieved_titles.update(titles)
@@ -417,6 +419,10 @@ class ToolEnv(gym.Env[str, str]):
         if isinstance(progress, int | float) and not isinstance(progress, bool) and progress > self._best_progress:
             new_progress, self._best_progress = progress - self._best_progress, float(progress)
         raw = result.reward if result.reward is not None else float(bool(new_gold)) + new_progress
+        if raw <= 0.0 and result.ok:  # a call that failed to run is the format score's to charge, not this
+            charged = self.reward_spec.idle_charge(self._idle_charged)
+            self._idle_charged -= charged
+            return charged
         paid = self.reward_spec.process(raw, self._process_paid)
         self._process_paid += paid
         return paid

@@ -154,7 +154,12 @@ class RewardSpec:
         format_penalty: subtracted at each malformed turn, immediately.
         process_reward: paid per tool call that makes progress (a tool's own ``ToolResult.reward`` when it sets
             one; else a search whose hits contain a gold supporting title not found before).
-        process_cap: the most process reward one episode can earn, so it cannot outweigh the outcome.
+        process_cap: the most process reward one episode can earn, so it cannot outweigh the outcome; also the
+            most that ``idle_call_cost`` can charge one episode.
+        idle_call_cost: charged (as a negative process reward) for each tool call that ran and made no progress:
+            no reward of its own and no gold evidence not shown before, e.g. a repeated search, or a second search
+            on a question whose one supporting page the first found. Meant for envs whose tasks name
+            ``supporting_titles`` or whose tools report progress: elsewhere every call makes "no progress".
         answer_rule: whose official evaluator scores answers (:data:`ANSWER_RULES`); ``None`` lets the env
             choose: the QA envs pick their dataset's, other envs a task's ``metadata["answer_rule"]`` (a
             Search-R1 row's: its data_source's), else HotpotQA's.
@@ -165,11 +170,16 @@ class RewardSpec:
     format_penalty: float = 0.0
     process_reward: float = 0.0
     process_cap: float = 0.0
+    idle_call_cost: float = 0.0
     answer_rule: str | None = None
 
     def __post_init__(self) -> None:
         if self.answer_rule is not None:
             _answer_rule(self.answer_rule)
+        for name in ("format_penalty", "process_reward", "process_cap", "idle_call_cost"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0.0 <= value < float("inf"):
+                raise InvalidValue(f"RewardSpec.{name} must be a finite number >= 0, got {value!r}")
 
     def outcome(self, scores: AnswerScores, format_score: float, format_ok: bool) -> float:
         """Agent-R1 Eq. 6: the answer metric when the format is right, else ``format_score - 1`` (in [-1, 0))."""
@@ -184,6 +194,13 @@ class RewardSpec:
         room = max(0.0, self.process_cap - paid_so_far)
         return min(raw_reward * self.process_reward, room)
 
+    def idle_charge(self, charged_so_far: float) -> float:
+        """The (negative) charge for a call that made no progress, clipped so the episode's charges total at most
+        ``process_cap``; ``charged_so_far`` is their magnitude so far."""
+        if self.idle_call_cost <= 0.0:
+            return 0.0
+        return -min(self.idle_call_cost, max(0.0, self.process_cap - charged_so_far))
+
 
 REWARD_SPECS: dict[str, RewardSpec] = {
     # Agent-R1 Eq. 6: all reward at the end; malformed turns lower the format score that Eq. 6 falls back to.
@@ -191,6 +208,11 @@ REWARD_SPECS: dict[str, RewardSpec] = {
     # Adds process rewards for evidence-finding calls, capped at 0.3 so an agent that never answers right earns
     # less than one that does (outcome 1.0), and a small immediate penalty per malformed turn.
     "dense": RewardSpec(name="dense", format_penalty=0.05, process_reward=0.1, process_cap=0.3),
+    # Dense, and a call that shows no new gold evidence costs what a useful one earns (0.1, at most 0.3 an
+    # episode): under "dense" a second search on a 1-hop question is free, so a group whose answers all agree
+    # holds no contrast against it; here it does (issue 25).
+    "dense_charged": RewardSpec(name="dense_charged", format_penalty=0.05, process_reward=0.1, process_cap=0.3,
+                                idle_call_cost=0.1),
 }
 
 

@@ -74,7 +74,7 @@ class Variant:
     algo: str
     flags: tuple[str, ...] = ()
     ablation: str = ""
-    reward: str = "paper"  # the env's reward spec: paper (Eq. 6, sparse) or dense (process rewards too)
+    reward: str = "paper"  # the env's reward spec: paper (Eq. 6, sparse), dense (process rewards too), dense_charged
 
 
 VARIANTS = {

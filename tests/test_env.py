@@ -542,6 +542,50 @@ def test_dense_pays_a_tools_own_process_reward() -> None:
     assert reward == pytest.approx(0.1)
 
 
+def test_dense_charged_charges_a_call_that_finds_no_new_gold_evidence(make_fact_env) -> None:
+    env = started(make_fact_env(reward="dense_charged"))
+    rewards = [env.step(action)[1] for action in (lookup("France"), lookup("France"), lookup("Japan"))]
+    assert rewards == pytest.approx([0.1, -0.1, -0.1])  # found, repeated, off the question
+
+
+def test_dense_charged_keeps_paying_each_new_gold_page(make_fact_env) -> None:
+    env = started(make_fact_env(reward="dense_charged"), "melville-birthplace")
+    rewards = [env.step(lookup(title))[1] for title in ("Moby Dick", "Herman Melville")]
+    assert rewards == pytest.approx([0.1, 0.1])  # the second search of a 2-hop question is not idle
+
+
+def test_dense_charged_total_separates_one_search_from_two_on_a_one_hop_question(make_fact_env) -> None:
+    def episode(*actions: str) -> float:
+        env = started(make_fact_env(reward="dense_charged"))
+        return sum(env.step(action)[1] for action in actions)
+
+    once = episode(lookup("France"), answer("Paris"))
+    twice = episode(lookup("France"), lookup("Moby Dick"), answer("Paris"))
+    assert (once, twice) == pytest.approx((1.1, 1.0))
+
+
+def test_dense_charged_charges_are_capped_per_episode(make_fact_env) -> None:
+    env = started(make_fact_env(reward=get_reward_spec("dense_charged", process_cap=0.15), max_turns=6))
+    rewards = [env.step(lookup("Japan"))[1] for _ in range(3)]
+    assert rewards == pytest.approx([-0.1, -0.05, 0.0])
+
+
+def test_dense_charged_leaves_a_failed_call_to_the_format_score() -> None:
+    class Failing(FactLookup):
+        def run(self, title: str) -> ToolResult:
+            return ToolResult.error("the index is down")
+
+    env = ToolEnv(list(FACT_TASKS), [Failing()], reward="dense_charged")
+    env.reset(seed=0, options={"task_id": "capital-japan"})
+    *_, info = env.step(lookup("Japan"))
+    assert info["reward_terms"]["process"] == 0.0
+
+
+def test_plain_dense_does_not_charge_an_idle_call(make_fact_env) -> None:
+    env = started(make_fact_env(reward="dense"))
+    assert [env.step(lookup("Japan"))[1] for _ in range(2)] == [0.0, 0.0]
+
+
 def test_evidence_recall_counts_retrieved_gold_titles(make_fact_env) -> None:
     *_, info = started(make_fact_env(), "melville-birthplace").step(lookup("Moby Dick"))
     assert info["evidence_recall"] == 0.5

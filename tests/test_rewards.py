@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from support.data import QA_SAMPLES
 
+from agent_gym.error import InvalidValue
 from agent_gym.rewards import (
     REWARD_SPECS,
     AnswerScores,
@@ -186,7 +187,8 @@ def test_get_reward_spec_applies_overrides() -> None:
 
 
 def test_get_reward_spec_rejects_unknown_name_listing_choices() -> None:
-    with pytest.raises(ValueError, match=r"unknown reward spec 'sparse'; choose one of \['dense', 'paper'\]"):
+    choices = r"\['dense', 'dense_charged', 'paper'\]"
+    with pytest.raises(ValueError, match=rf"unknown reward spec 'sparse'; choose one of {choices}"):
         get_reward_spec("sparse")
 
 
@@ -270,3 +272,19 @@ def test_a_qa_env_keeps_the_answer_rule_of_a_reward_spec_given_to_it() -> None:
     env = _qa_env("AgentR1-Musique-v0", reward=get_reward_spec("paper", answer_rule="hotpotqa"))
     assert env.unwrapped.reward_spec.answer_rule == "hotpotqa"
     env.close()
+
+
+def test_idle_charge_is_the_cost_clipped_to_the_cap() -> None:
+    spec = REWARD_SPECS["dense_charged"]
+    assert [spec.idle_charge(done) for done in (0.0, 0.25, 0.3)] == pytest.approx([-0.1, -0.05, 0.0])
+
+
+def test_specs_without_a_cost_charge_nothing() -> None:
+    assert REWARD_SPECS["dense"].idle_charge(0.0) == REWARD_SPECS["paper"].idle_charge(0.0) == 0.0
+
+
+@pytest.mark.parametrize("field", ["format_penalty", "process_reward", "process_cap", "idle_call_cost"])
+@pytest.mark.parametrize("value", [-0.1, float("nan"), float("inf"), "0.1", True])
+def test_reward_spec_rejects_a_negative_or_non_finite_weight(field: str, value: object) -> None:
+    with pytest.raises(InvalidValue, match=field):
+        RewardSpec(**{field: value})

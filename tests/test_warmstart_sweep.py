@@ -13,6 +13,8 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 import warmstart_sweep as sweep  # noqa: E402
 
+from agent_gym.rewards import get_reward_spec  # noqa: E402
+
 
 def _pass8(informative_1hop: float, informative_2hop: float) -> dict[str, dict[str, float]]:
     return {"pass8_1hop": {"informative": informative_1hop}, "pass8_2hop": {"informative": informative_2hop}}
@@ -124,6 +126,21 @@ def test_a_recipe_flag_overrides_the_campaign_setting_it_repeats(tmp_path: Path)
     continued = rl_campaign.train_command(args, tmp_path / "rl-committed", rl_campaign.RECIPES["grpo_lr5e-5_kl0.3"],
                                           0, 5, tmp_path, warm=tmp_path / "warm75", offset=20)
     assert continued[continued.index("--step-offset") + 1] == "20"  # draws on from its step 20, not from step 1
+
+
+def test_the_charged_recipe_trains_on_the_reward_that_charges_an_idle_search(tmp_path: Path) -> None:
+    import argparse
+
+    import rl_campaign
+
+    args = argparse.Namespace(model="m", tasks_per_step=4, group_size=8, lr=1e-4, micro_batch_size=2, chunk=5,
+                              backend="transformers", train_python="")
+    command = rl_campaign.train_command(args, tmp_path / "warm", rl_campaign.RECIPES["grpo_charged_lr5e-5_kl0.3"],
+                                        0, 5, tmp_path, warm=tmp_path / "warm")
+    env_kwargs = json.loads(command[command.index("--env-kwargs") + 1])
+    assert env_kwargs["reward"] == "dense_charged" and env_kwargs["split"] == "train"
+    assert get_reward_spec(env_kwargs["reward"]).idle_call_cost > 0  # a name the env resolves
+    assert [command[i + 1] for i, flag in enumerate(command) if flag == "--kl-coef"][-1] == "0.3"
 
 
 def test_a_campaign_on_vllm_runs_its_train_processes_in_the_vllm_venv(tmp_path: Path) -> None:
