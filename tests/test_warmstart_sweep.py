@@ -143,6 +143,25 @@ def test_the_charged_recipe_trains_on_the_reward_that_charges_an_idle_search(tmp
     assert [command[i + 1] for i, flag in enumerate(command) if flag == "--kl-coef"][-1] == "0.3"
 
 
+def test_the_8x4_recipe_plays_the_same_episodes_a_step_over_twice_the_questions(tmp_path: Path) -> None:
+    import argparse
+
+    import rl_campaign
+
+    args = argparse.Namespace(model="m", tasks_per_step=4, group_size=8, lr=1e-4, micro_batch_size=4, chunk=5,
+                              backend="transformers", train_python="")
+    recipe = rl_campaign.RECIPES["grpo_lr5e-5_kl0.3_stratified_8x4"]
+    command = rl_campaign.train_command(args, tmp_path / "warm", recipe, 0, 5, tmp_path / "run", offset=10)
+
+    def last(flag: str) -> str:  # argparse keeps a flag's last value
+        return [command[i + 1] for i, word in enumerate(command) if word == flag][-1]
+
+    tasks, group = int(last("--tasks-per-step")), int(last("--group-size"))
+    assert (tasks, group) == (8, 4) and tasks * group == args.tasks_per_step * args.group_size
+    assert last("--stratify-by") == "hops" and last("--kl-coef") == "0.3" and last("--step-offset") == "10"
+    assert recipe.algo == "grpo" and not recipe.ablation
+
+
 def test_a_campaign_on_vllm_runs_its_train_processes_in_the_vllm_venv(tmp_path: Path) -> None:
     import argparse
 
