@@ -11,12 +11,15 @@ RL is after searches again on 2-hop questions and answers on 1-hop ones: mean p_
 on 2-hop. ``greedy_search_share`` is the share of questions with p_search > 0.5 (what greedy decoding does at
 that point). ``log_odds`` is the mean over questions of log P("<tool_call>") - log P("<answer>"), and
 ``log_odds_gap`` its 2-hop minus 1-hop value: RL that only shifts the habit moves both hop counts' log-odds alike
-and leaves the gap; RL that teaches *when* to search grows it.
+and leaves the gap; RL that teaches *when* to search grows it. ``auc`` reads the same from each question's
+log-odds (`separation`): how well one threshold tells the hop counts apart (1.0: all of them), and
+``best_shift_accuracy`` the decision's balanced accuracy at the best threshold, against ``decision_accuracy`` at 0.
 
     python experiments/decision_probe.py ~/agent-gym-runs/sweep/warm75 experiments/checkpoints/rl-grpo-s0
     python experiments/decision_probe.py ADAPTER ... --questions 100 --json-out docs/results/decision_probe.json
 
-One thread, about a minute an adapter for 100 questions of each hop count on the Intel Xeon.
+One thread, about a minute an adapter for 100 questions of each hop count on the Intel Xeon (before the context's
+KV cache served both openings, which halved it).
 """
 
 from __future__ import annotations
@@ -80,9 +83,52 @@ def opening_logprob(model: Any, context_ids: list[int], opening_ids: list[int]) 
     return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(opening_ids)[:, None]).sum())
 
 
-def probe(model: Any, tokenizer: Any, contexts: Sequence[list[dict[str, Any]]]) -> dict[str, float]:
-    """Mean p_search over the contexts, the share of them where searching is the more likely opening, and the mean
-    log-odds of searching, log P(search) - log P(answer).
+@torch.no_grad()
+def opening_logprobs(model: Any, context_ids: list[int], openings: dict[str, list[int]]) -> dict[str, float]:
+    """`opening_logprob` of each opening, the context read once: its KV cache serves every opening (cropped back
+    after each), which halves a probe's cost against one full forward per opening."""
+    from transformers import DynamicCache
+
+    from agent_gym.trainers.packed_forward import cache_keyword
+
+    cache = DynamicCache()
+    keyword = cache_keyword(model)
+    out = model(input_ids=torch.tensor([context_ids]), use_cache=True, **{keyword: cache})
+    first = torch.log_softmax(out.logits[0, -1].float(), -1)
+    result = {}
+    for name, ids in openings.items():
+        total = float(first[ids[0]])
+        if len(ids) > 1:  # the opening's later tokens, each predicted from the context and the tokens before it
+            logits = model(input_ids=torch.tensor([ids[:-1]]), use_cache=True, **{keyword: cache}).logits[0]
+            cache.crop(len(context_ids))
+            total += float(torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids[1:])[:, None]).sum())
+        result[name] = total
+    return result
+
+
+def separation(log_odds_1hop: Sequence[float], log_odds_2hop: Sequence[float]) -> dict[str, float]:
+    """How well each question's log-odds of searching again tell its hop count, beyond the mean gap.
+
+    ``auc``: the chance that a 2-hop question's log-odds exceed a 1-hop question's (ties count one half), 1.0 when
+    one threshold separates them all. ``decision_accuracy``: the greedy decision's balanced accuracy (answer on
+    1-hop, search on 2-hop, threshold 0). ``best_shift_accuracy``: the same at the best threshold, what a policy
+    would reach if RL only moved the shared bias from here; its gap to ``decision_accuracy`` is the part of the
+    condition that is learned but not yet acted on."""
+    pairs = [(two > one) + 0.5 * (two == one) for one in log_odds_1hop for two in log_odds_2hop]
+
+    def accuracy(threshold: float) -> float:
+        answered = sum(value <= threshold for value in log_odds_1hop) / len(log_odds_1hop)
+        searched = sum(value > threshold for value in log_odds_2hop) / len(log_odds_2hop)
+        return (answered + searched) / 2
+
+    thresholds = [*log_odds_1hop, *log_odds_2hop, -math.inf]
+    return {"auc": statistics.fmean(pairs), "decision_accuracy": accuracy(0.0),
+            "best_shift_accuracy": max(accuracy(threshold) for threshold in thresholds)}
+
+
+def probe(model: Any, tokenizer: Any, contexts: Sequence[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Mean p_search over the contexts, the share of them where searching is the more likely opening, the mean
+    log-odds of searching, log P(search) - log P(answer), and each question's log-odds (``per_question``).
 
     The log-odds separate a policy that conditions on the question from one that only shifts its habit: a shift
     moves both hop counts' mean log-odds by the same amount, so their difference (2-hop minus 1-hop) is what RL
@@ -92,12 +138,12 @@ def probe(model: Any, tokenizer: Any, contexts: Sequence[list[dict[str, Any]]]) 
     openings = {name: tokenizer.encode(text, add_special_tokens=False) for name, text in OPENINGS.items()}
     values, log_odds = [], []
     for messages in contexts:
-        context = render_prompt(tokenizer, messages)
-        logprobs = {name: opening_logprob(model, context, ids) for name, ids in openings.items()}
+        logprobs = opening_logprobs(model, render_prompt(tokenizer, messages), openings)
         log_odds.append(logprobs["search"] - logprobs["answer"])
         values.append(1.0 / (1.0 + math.exp(-log_odds[-1])))
     return {"p_search": statistics.fmean(values), "greedy_search_share": sum(v > 0.5 for v in values) / len(values),
-            "log_odds": statistics.fmean(log_odds), "questions": len(values)}
+            "log_odds": statistics.fmean(log_odds), "questions": len(values),
+            "per_question": [round(value, 4) for value in log_odds]}
 
 
 def label(adapter: Path) -> str:
@@ -130,8 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         model.eval()
         row: dict[str, Any] = {f"{hops}hop": probe(model, tokenizer, contexts[hops]) for hops in (1, 2)}
         row["log_odds_gap"] = row["2hop"]["log_odds"] - row["1hop"]["log_odds"]  # > 0: more search on 2-hop
+        row.update(separation(row["1hop"]["per_question"], row["2hop"]["per_question"]))
         results[label(Path(adapter))] = {"adapter": str(adapter), **row}
-        print(label(Path(adapter)), json.dumps(row), flush=True)
+        brief = {key: ({k: v for k, v in value.items() if k != "per_question"} if isinstance(value, dict) else value)
+                 for key, value in row.items()}
+        print(label(Path(adapter)), json.dumps(brief), flush=True)
         if out is not None:
             out.write_text(json.dumps(results, indent=2) + "\n")
     return 0

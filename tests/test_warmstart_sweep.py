@@ -305,6 +305,45 @@ def test_the_decision_probe_reads_the_choice_after_the_first_search(tiny_model) 
     assert math.isclose(decision_probe.opening_logprob(model, context, ids), expected, rel_tol=1e-4)
 
 
+def test_the_probe_reads_both_openings_from_one_pass_over_the_context(tiny_model) -> None:
+    import math
+
+    import decision_probe
+
+    from agent_gym.models.chat_template import render_prompt
+    from tests.conftest import TINY_SYNTHHOP
+
+    model, tokenizer = tiny_model
+    contexts = decision_probe.first_search_contexts(1, 2, {**TINY_SYNTHHOP, "max_turns": 4})
+    openings = {name: tokenizer.encode(text, add_special_tokens=False)
+                for name, text in decision_probe.OPENINGS.items()}
+    openings["one token"] = openings["answer"][:1]
+    for messages in contexts:
+        context = render_prompt(tokenizer, messages)
+        cached = decision_probe.opening_logprobs(model, context, openings)
+        for name, ids in openings.items():  # each as a full forward over context + opening gives it
+            assert math.isclose(cached[name], decision_probe.opening_logprob(model, context, ids), rel_tol=1e-4)
+    result = decision_probe.probe(model, tokenizer, contexts)
+    assert len(result["per_question"]) == 2
+    assert math.isclose(result["log_odds"], sum(result["per_question"]) / 2, abs_tol=1e-3)
+
+
+def test_separation_tells_a_learned_condition_from_a_shared_shift() -> None:
+    import decision_probe
+
+    # every 2-hop question above every 1-hop one, but all above 0: greedy searches everywhere
+    shifted = decision_probe.separation([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    assert shifted == {"auc": 1.0, "decision_accuracy": 0.5, "best_shift_accuracy": 1.0}
+    # the hop counts interleaved: no threshold does better than 2 of 3 on each side
+    mixed = decision_probe.separation([-1.0, 1.0, 3.0], [0.0, 2.0, 4.0])
+    assert mixed["auc"] == 6 / 9 and mixed["decision_accuracy"] == (1 / 3 + 2 / 3) / 2
+    assert mixed["best_shift_accuracy"] == (2 / 3 + 2 / 3) / 2
+    # ties count one half, and the conditional policy itself scores 1.0 everywhere
+    assert decision_probe.separation([0.5], [0.5])["auc"] == 0.5
+    assert decision_probe.separation([-2.0, -1.0], [1.0, 2.0]) == {"auc": 1.0, "decision_accuracy": 1.0,
+                                                                    "best_shift_accuracy": 1.0}
+
+
 def test_publish_only_trains_and_measures_nothing_and_keeps_every_committed_measure(tmp_path: Path,
                                                                                     monkeypatch) -> None:
     def must_not_run(*args, **kwargs):

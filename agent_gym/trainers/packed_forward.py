@@ -70,7 +70,7 @@ def _can_share(model: torch.nn.Module) -> bool:
     return not (model.training and getattr(base, flag, False))
 
 
-def _cache_keyword(model: torch.nn.Module) -> str:
+def cache_keyword(model: torch.nn.Module) -> str:
     """transformers >= 5.2x names the cache argument ``cache`` (``past_key_values`` is deprecated)."""
     return "cache" if "cache" in _base_forward(model).parameters else "past_key_values"
 
@@ -123,7 +123,7 @@ def _cache_kwargs(
 
     # A fresh cache per suffix: DynamicCache.update concatenates into new tensors, so the shared prefix tensors
     # are read, never changed, and every suffix's gradient flows back into the same ones.
-    return {_cache_keyword(module): DynamicCache(ddp_cache_data=keys_values, config=config), "use_cache": True}
+    return {cache_keyword(module): DynamicCache(ddp_cache_data=keys_values, config=config), "use_cache": True}
 
 
 def _suffix_logits(
