@@ -344,6 +344,25 @@ def test_separation_tells_a_learned_condition_from_a_shared_shift() -> None:
                                                                     "best_shift_accuracy": 1.0}
 
 
+def test_decision_curves_start_each_run_at_its_own_warm_start(tmp_path: Path) -> None:
+    import decision_curves
+
+    def record(gap: float) -> dict:
+        return {"1hop": {"p_search": 0.5}, "2hop": {"p_search": 0.6}, "log_odds_gap": gap}
+
+    records = {"sweep-e3-warm75": record(0.4), "sweep-e3-warm50": record(2.0),
+               "grpo-e3-s1 step_000020": record(0.8), "grpo-e3-s1 step_000010": record(0.6),
+               "grpo-e3-warm50-s0 step_000010": record(2.2), "grpo-e3-warm50-s0 step_000030": record(2.8),
+               "ppo-e3-s2 step_000050": record(1.1)}  # one step only: no curve
+    curves = decision_curves.run_curves(records)
+    assert list(curves) == ["grpo-e3-s1", "grpo-e3-warm50-s0"]
+    assert [(step, r["log_odds_gap"]) for step, r in curves["grpo-e3-s1"]] == [(0, 0.4), (10, 0.6), (20, 0.8)]
+    assert [(step, r["log_odds_gap"]) for step, r in curves["grpo-e3-warm50-s0"]] == [(0, 2.0), (10, 2.2), (30, 2.8)]
+    out = tmp_path / "curves.png"
+    decision_curves.plot(curves, records, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_publish_only_trains_and_measures_nothing_and_keeps_every_committed_measure(tmp_path: Path,
                                                                                     monkeypatch) -> None:
     def must_not_run(*args, **kwargs):
