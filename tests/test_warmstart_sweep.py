@@ -162,6 +162,21 @@ def test_the_8x4_recipe_plays_the_same_episodes_a_step_over_twice_the_questions(
     assert recipe.algo == "grpo" and not recipe.ablation
 
 
+def test_the_larger_step_recipe_keeps_the_kl_anchor_to_the_chosen_warm_start(tmp_path: Path) -> None:
+    import argparse
+
+    import rl_campaign
+
+    args = argparse.Namespace(model="m", tasks_per_step=4, group_size=8, lr=5e-5, micro_batch_size=4, chunk=5,
+                              backend="transformers", train_python="")
+    warm, start = tmp_path / "warm", tmp_path / "committed"
+    command = rl_campaign.train_command(args, start, rl_campaign.RECIPES["grpo_lr1e-4_kl0.3"], 0, 5,
+                                        tmp_path / "run", warm=warm)
+    flags = {command[i]: command[i + 1] for i in range(len(command) - 1) if command[i].startswith("--")}
+    assert flags["--lr"] == "1e-4" and flags["--kl-coef"] == "0.3" and flags["--kl-reference"] == str(warm)
+    assert flags["--adapter"] == str(start)
+
+
 def test_a_campaign_on_vllm_runs_its_train_processes_in_the_vllm_venv(tmp_path: Path) -> None:
     import argparse
 
