@@ -144,6 +144,10 @@ RECIPES = {
         # only its direction. Twice the step with the same KL anchor tests that
         Variant("grpo_lr1e-4_kl0.3", "GRPO, lr 1e-4, KL 0.3 to the warm start", "grpo",
                 flags=("--lr", "1e-4", "--kl-coef", "0.3", "--kl-reference", WARM)),
+        # the same test at the same lr: four Adam steps a batch, each on a quarter of its episodes (the old policy
+        # scored first, one more forward pass over the batch, so the clip bounds each step's move)
+        Variant("grpo_lr5e-5_kl0.3_4mb", "GRPO, lr 5e-5, KL 0.3, four optimizer steps a batch", "grpo",
+                flags=("--num-mini-batches", "4", *ANCHOR)),
         Variant("reinforce_pp", "REINFORCE++", "reinforce_pp"),
         Variant("rloo", "RLOO", "rloo"),
         Variant("grpo_no_loss_mask", "GRPO, loss mask off", "grpo", flags=("--no-use-loss-mask",),

@@ -162,19 +162,24 @@ def test_the_8x4_recipe_plays_the_same_episodes_a_step_over_twice_the_questions(
     assert recipe.algo == "grpo" and not recipe.ablation
 
 
-def test_the_larger_step_recipe_keeps_the_kl_anchor_to_the_chosen_warm_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("recipe", "lr", "mini_batches"), [("grpo_lr1e-4_kl0.3", "1e-4", "1"),
+                                                          ("grpo_lr5e-5_kl0.3_4mb", "5e-5", "4")])
+def test_the_pace_recipes_move_further_a_step_and_keep_the_kl_anchor(tmp_path: Path, recipe: str, lr: str,
+                                                                      mini_batches: str) -> None:
     import argparse
 
     import rl_campaign
 
-    args = argparse.Namespace(model="m", tasks_per_step=4, group_size=8, lr=5e-5, micro_batch_size=4, chunk=5,
+    args = argparse.Namespace(model="m", tasks_per_step=4, group_size=8, lr=1e-4, micro_batch_size=4, chunk=5,
                               backend="transformers", train_python="")
     warm, start = tmp_path / "warm", tmp_path / "committed"
-    command = rl_campaign.train_command(args, start, rl_campaign.RECIPES["grpo_lr1e-4_kl0.3"], 0, 5,
-                                        tmp_path / "run", warm=warm)
+    command = rl_campaign.train_command(args, start, rl_campaign.RECIPES[recipe], 0, 5, tmp_path / "run", warm=warm)
     flags = {command[i]: command[i + 1] for i in range(len(command) - 1) if command[i].startswith("--")}
-    assert flags["--lr"] == "1e-4" and flags["--kl-coef"] == "0.3" and flags["--kl-reference"] == str(warm)
-    assert flags["--adapter"] == str(start)
+    assert flags["--lr"] == lr and flags["--kl-coef"] == "0.3" and flags["--kl-reference"] == str(warm)
+    assert flags.get("--num-mini-batches", "1") == mini_batches and flags["--adapter"] == str(start)
+    from agent_gym.trainers.config import TrainConfig
+
+    assert TrainConfig().num_mini_batches == 1  # the grid's other recipes take one optimizer step a batch
 
 
 def test_a_campaign_on_vllm_runs_its_train_processes_in_the_vllm_venv(tmp_path: Path) -> None:
