@@ -100,7 +100,7 @@ def opening_logprobs(model: Any, context_ids: list[int], openings: dict[str, lis
         total = float(first[ids[0]])
         if len(ids) > 1:  # the opening's later tokens, each predicted from the context and the tokens before it
             logits = model(input_ids=torch.tensor([ids[:-1]]), use_cache=True, **{keyword: cache}).logits[0]
-            cache.crop(len(context_ids))
+            cache.crop(-(len(ids) - 1))  # back to the context alone (a negative crop removes tokens)
             total += float(torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids[1:])[:, None]).sum())
         result[name] = total
     return result

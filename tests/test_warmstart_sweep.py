@@ -335,9 +335,12 @@ def test_the_probe_reads_both_openings_from_one_pass_over_the_context(tiny_model
 
     model, tokenizer = tiny_model
     contexts = decision_probe.first_search_contexts(1, 2, {**TINY_SYNTHHOP, "max_turns": 4})
-    openings = {name: tokenizer.encode(text, add_special_tokens=False)
-                for name, text in decision_probe.OPENINGS.items()}
+    # the longer opening first: the context's cache is extended by it, then cropped back for the others
+    openings = {"longer": tokenizer.encode("The answer is Paris, France.", add_special_tokens=False)}
+    openings.update({name: tokenizer.encode(text, add_special_tokens=False)
+                     for name, text in decision_probe.OPENINGS.items()})
     openings["one token"] = openings["answer"][:1]
+    assert len(openings["longer"]) > 2
     for messages in contexts:
         context = render_prompt(tokenizer, messages)
         cached = decision_probe.opening_logprobs(model, context, openings)
