@@ -149,7 +149,8 @@ def probe(model: Any, tokenizer: Any, contexts: Sequence[list[dict[str, Any]]]) 
 def label(adapter: Path) -> str:
     """An adapter's name; a training checkpoint's is its run and step (``RUN step_000050``)."""
     adapter = adapter.parent if adapter.name == "policy" else adapter
-    return f"{adapter.parent.parent.name} {adapter.name}" if adapter.parent.name == "checkpoints" else adapter.name
+    in_run = adapter.parent.name == "checkpoints" and adapter.name.startswith("step_")  # not experiments/checkpoints/X
+    return f"{adapter.parent.parent.name} {adapter.name}" if in_run else adapter.name
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -351,6 +351,15 @@ def test_the_probe_reads_both_openings_from_one_pass_over_the_context(tiny_model
     assert math.isclose(result["log_odds"], sum(result["per_question"]) / 2, abs_tol=1e-3)
 
 
+def test_the_probe_names_a_run_checkpoint_by_run_and_step_and_a_committed_adapter_by_itself() -> None:
+    import decision_probe
+
+    run = Path("runs/rl/grpo-e3-s1/checkpoints/step_000040")
+    assert decision_probe.label(run) == "grpo-e3-s1 step_000040"
+    assert decision_probe.label(run / "policy") == "grpo-e3-s1 step_000040"  # a PPO checkpoint's policy
+    assert decision_probe.label(Path("experiments/checkpoints/sweep-e3-warm75")) == "sweep-e3-warm75"
+
+
 def test_separation_tells_a_learned_condition_from_a_shared_shift() -> None:
     import decision_probe
 
