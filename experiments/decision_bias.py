@@ -22,7 +22,6 @@ the part of the condition that RL learned and greedy decoding leaves unused.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -34,7 +33,15 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decision_probe import HELD_OUT, OPENINGS, first_search_contexts, label, opening_logprobs, probe  # noqa: E402
+from decision_probe import (  # noqa: E402
+    HELD_OUT,
+    OPENINGS,
+    adapters_parser,
+    first_search_contexts,
+    measure_adapters,
+    opening_logprobs,
+    probe,
+)
 from real_model import MAX_NEW_TOKENS, TRAIN_ENV  # noqa: E402
 
 from agent_gym.agents.model_policy import ModelPolicy  # noqa: E402
@@ -138,31 +145,14 @@ def measure(model: Any, tokenizer: Any, calibration: dict[int, list], questions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("adapters", nargs="+", help="LoRA adapter directories (each names its base model)")
-    parser.add_argument("--questions", type=int, default=100, help="held-out questions of each hop count")
+    parser = adapters_parser(__doc__, "where the calibration contexts are kept once built")
     parser.add_argument("--calibrate", type=int, default=40, help="training questions of each hop count")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--cache", default=str(Path.home() / "agent-gym-runs" / "decision_probe"),
-                        help="where the calibration contexts are kept once built")
-    parser.add_argument("--json-out", default=None, help="also write the results here (merged into its records)")
     args = parser.parse_args(argv)
-    from agent_gym.models.model_init import load_model_and_tokenizer
-    from agent_gym.models.precision import resolve_dtype
 
     torch.set_num_threads(args.threads)
     calibration = {hops: calibration_contexts(Path(args.cache), hops, args.calibrate) for hops in (1, 2)}
-    out = Path(args.json_out) if args.json_out else None
-    results: dict[str, Any] = json.loads(out.read_text()) if out is not None and out.is_file() else {}
-    for adapter in args.adapters:
-        model, tokenizer = load_model_and_tokenizer(adapter, dtype=resolve_dtype(args.dtype))
-        model.eval()
-        record = measure(model, tokenizer, calibration, args.questions)
-        results[label(Path(adapter))] = {"adapter": str(adapter), "questions": args.questions, **record}
-        print(label(Path(adapter)), json.dumps(record), flush=True)
-        if out is not None:
-            out.write_text(json.dumps(results, indent=2) + "\n")
+    measure_adapters(args, lambda model, tokenizer: {"questions": args.questions,
+                                                     **measure(model, tokenizer, calibration, args.questions)})
     return 0
 
 

@@ -29,7 +29,7 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,37 +153,56 @@ def label(adapter: Path) -> str:
     return f"{adapter.parent.parent.name} {adapter.name}" if in_run else adapter.name
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def adapters_parser(description: str | None, cache_help: str) -> argparse.ArgumentParser:
+    """The command line of a script that measures adapters on held-out questions: the adapters, ``--questions``
+    of each hop count, ``--dtype``, ``--threads``, a ``--cache`` of built contexts and ``--json-out``."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("adapters", nargs="+", help="LoRA adapter directories (each names its base model)")
     parser.add_argument("--questions", type=int, default=100, help="held-out questions of each hop count")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--cache", default=str(Path.home() / "agent-gym-runs" / "decision_probe"),
-                        help="where the held-out contexts are kept once built (building them takes minutes)")
+    parser.add_argument("--cache", default=str(Path.home() / "agent-gym-runs" / "decision_probe"), help=cache_help)
     parser.add_argument("--json-out", default=None, help="also write the results here (merged into its records)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def measure_adapters(args: argparse.Namespace, measure: Callable[[Any, Any], dict[str, Any]],
+                     shown: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> dict[str, Any]:
+    """``measure(model, tokenizer)`` of each of ``args.adapters``, printed (as ``shown`` makes it) and kept by its
+    `label`, merged into ``args.json_out``'s records (written after each adapter) when given."""
     from agent_gym.models.model_init import load_model_and_tokenizer
     from agent_gym.models.precision import resolve_dtype
 
-    torch.set_num_threads(args.threads)
-    contexts = {hops: cached_contexts(Path(args.cache), hops, args.questions) for hops in (1, 2)}
-    results: dict[str, Any] = {}
     out = Path(args.json_out) if args.json_out else None
-    if out is not None and out.is_file():
-        results = json.loads(out.read_text())
+    results: dict[str, Any] = json.loads(out.read_text()) if out is not None and out.is_file() else {}
     for adapter in args.adapters:
         model, tokenizer = load_model_and_tokenizer(adapter, dtype=resolve_dtype(args.dtype))
         model.eval()
+        row = measure(model, tokenizer)
+        results[label(Path(adapter))] = {"adapter": str(adapter), **row}
+        print(label(Path(adapter)), json.dumps(shown(row)), flush=True)
+        if out is not None:
+            out.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = adapters_parser(__doc__, "where the held-out contexts are kept once built (building them takes minutes)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    contexts = {hops: cached_contexts(Path(args.cache), hops, args.questions) for hops in (1, 2)}
+
+    def measure(model: Any, tokenizer: Any) -> dict[str, Any]:
         row: dict[str, Any] = {f"{hops}hop": probe(model, tokenizer, contexts[hops]) for hops in (1, 2)}
         row["log_odds_gap"] = row["2hop"]["log_odds"] - row["1hop"]["log_odds"]  # > 0: more search on 2-hop
         row.update(separation(row["1hop"]["per_question"], row["2hop"]["per_question"]))
-        results[label(Path(adapter))] = {"adapter": str(adapter), **row}
-        brief = {key: ({k: v for k, v in value.items() if k != "per_question"} if isinstance(value, dict) else value)
-                 for key, value in row.items()}
-        print(label(Path(adapter)), json.dumps(brief), flush=True)
-        if out is not None:
-            out.write_text(json.dumps(results, indent=2) + "\n")
+        return row
+
+    def brief(row: dict[str, Any]) -> dict[str, Any]:  # the per-question log-odds only in the file
+        return {key: ({k: v for k, v in value.items() if k != "per_question"} if isinstance(value, dict) else value)
+                for key, value in row.items()}
+
+    measure_adapters(args, measure, brief)
     return 0
 
 
