@@ -11,7 +11,8 @@ of searching again (AUC 0.84-0.92) while greedy decoding, which decides at log-o
    evals' tasks) greedily, except for one choice: after the agent's own first search, its next turn opens with
    ``<tool_call>`` when log P("<tool_call>") - log P("<answer>") exceeds the threshold and with ``<answer>``
    otherwise, and the model writes the rest of the turn greedily. The same play at threshold 0 is the policy's
-   own decision, read the same way (full openings, not token by token), the baseline the shift is read against.
+   own decision, read the same way (full openings, not token by token), the baseline the shift is read against;
+   greedy play being deterministic, only the episodes whose decision the threshold flips are played twice.
 
 Nothing is trained and no held-out question chooses the threshold, so the difference between the two plays is
 the part of the condition that RL learned and greedy decoding leaves unused.
@@ -26,7 +27,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,23 +98,45 @@ class ThresholdDecisionPolicy(ModelPolicy):
         return self.tokenizer.decode(opening + list(generation.token_ids), skip_special_tokens=True)
 
 
-def play(model: Any, tokenizer: Any, threshold: float, hops: int, questions: int,
-         env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """EM, F1 and second-search share of the greedy play with the decision at ``threshold``, on the first
-    ``questions`` tasks of the held-out env (or of SynthHop with ``env_kwargs``) with ``hops`` hops."""
-    from agent_gym.evaluation import evaluate
+def play(model: Any, tokenizer: Any, threshold: float, hops: int, tasks: Iterable[int],
+         env_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The greedy play with the decision at ``threshold`` of ``tasks`` (indices) of the held-out env (or of
+    SynthHop with ``env_kwargs``) with ``hops`` hops: each episode's EM, F1, searches, and the decision's log-odds
+    and choice (None where the episode ended before a first tool reply)."""
+    from agent_gym.evaluation import run_episode
     from agent_gym.make import make_env
 
     policy = ThresholdDecisionPolicy(model, tokenizer, threshold, max_new_tokens=MAX_NEW_TOKENS,
                                      max_context_tokens=2048)
     env = make_env("AgentR1-SynthHop-v0", {**(HELD_OUT if env_kwargs is None else env_kwargs), "hops": [hops]})
-    records = evaluate(env, policy, questions, progress=False)
+    episodes = []
+    for task in tasks:  # seeded as `evaluate` seeds a run's episode ``task``
+        before = len(policy.decisions)
+        record = run_episode(env, policy, seed=task, options={"task_index": task})
+        log_odds, searched = policy.decisions[before] if len(policy.decisions) > before else (None, None)
+        episodes.append({"task": task, "em": float(record.em or 0.0), "f1": float(record.f1 or 0.0),
+                         "searches": record.tool_calls,
+                         "log_odds": None if log_odds is None else round(log_odds, 4), "searched_again": searched})
     env.close()
-    return {"em": statistics.fmean(float(r.em or 0.0) for r in records),
-            "f1": statistics.fmean(float(r.f1 or 0.0) for r in records),
-            "multihop": statistics.fmean(float(r.tool_calls > 1) for r in records),
-            "decided": len(policy.decisions), "searched_again": sum(s for _, s in policy.decisions),
-            "episodes": len(records)}
+    return episodes
+
+
+def summary(episodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """EM, F1, the share of episodes with more than one search, and how many reached the decision and searched."""
+    return {"em": statistics.fmean(e["em"] for e in episodes), "f1": statistics.fmean(e["f1"] for e in episodes),
+            "multihop": statistics.fmean(float(e["searches"] > 1) for e in episodes),
+            "decided": sum(e["log_odds"] is not None for e in episodes),
+            "searched_again": sum(bool(e["searched_again"]) for e in episodes), "episodes": len(episodes)}
+
+
+def shifted(model: Any, tokenizer: Any, at_0: Sequence[dict[str, Any]], threshold: float, hops: int,
+            env_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The play at ``threshold`` from the play at 0: greedy play is deterministic, so only the episodes whose
+    decision the threshold flips (log-odds between 0 and it) are played again; the others are the same."""
+    flipped = [e["task"] for e in at_0
+               if e["log_odds"] is not None and (e["log_odds"] > threshold) != e["searched_again"]]
+    replayed = {e["task"]: e for e in play(model, tokenizer, threshold, hops, flipped, env_kwargs)}
+    return [replayed.get(e["task"], e) for e in at_0]
 
 
 def calibration_contexts(cache: Path, hops: int, questions: int) -> list[list[dict[str, Any]]]:
@@ -135,12 +158,17 @@ def measure(model: Any, tokenizer: Any, calibration: dict[int, list], questions:
     record: dict[str, Any] = {
         "threshold": threshold, "calibration_questions": len(log_odds[1]),
         "calibration_accuracy": {"at_0": balanced_accuracy(log_odds[1], log_odds[2], 0.0), "at_threshold": accuracy}}
-    for name, value in (("at_0", 0.0), ("at_threshold", threshold)):
+    for hops in (1, 2):
         started = time.perf_counter()
-        row = {f"{hops}hop": play(model, tokenizer, value, hops, questions) for hops in (1, 2)}
-        row["mix_em"] = (row["1hop"]["em"] + row["2hop"]["em"]) / 2
-        row["seconds"] = round(time.perf_counter() - started, 1)
-        record[name] = row
+        at_0 = play(model, tokenizer, 0.0, hops, range(questions))
+        at_threshold = shifted(model, tokenizer, at_0, threshold, hops)
+        record[f"{hops}hop"] = {
+            "at_0": summary(at_0), "at_threshold": summary(at_threshold),
+            "flipped": sum(a is not b for a, b in zip(at_0, at_threshold, strict=True)),
+            "seconds": round(time.perf_counter() - started, 1),
+            "episodes_at_0": at_0, "episodes_at_threshold": at_threshold}
+    for name in ("at_0", "at_threshold"):
+        record[f"mix_em_{name}"] = (record["1hop"][name]["em"] + record["2hop"][name]["em"]) / 2
     return record
 
 
@@ -151,8 +179,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     calibration = {hops: calibration_contexts(Path(args.cache), hops, args.calibrate) for hops in (1, 2)}
+
+    def brief(row: dict[str, Any]) -> dict[str, Any]:  # the episodes only in the file
+        return {key: ({k: v for k, v in value.items() if not k.startswith("episodes_")} if isinstance(value, dict)
+                      else value) for key, value in row.items()}
+
     measure_adapters(args, lambda model, tokenizer: {"questions": args.questions,
-                                                     **measure(model, tokenizer, calibration, args.questions)})
+                                                     **measure(model, tokenizer, calibration, args.questions)}, brief)
     return 0
 
 

@@ -57,15 +57,29 @@ def test_the_policy_opens_the_turn_after_the_first_search_by_the_threshold(tiny_
     assert policy.decisions == []
 
 
-def test_play_decides_once_an_episode_after_its_first_search(tiny_model, monkeypatch) -> None:
+def test_play_decides_once_an_episode_and_the_shift_replays_only_the_flipped_ones(tiny_model, monkeypatch) -> None:
     model, tokenizer = tiny_model
     # the tiny model never writes a well-formed call; its own turns here are the oracle's first search, so every
     # episode reaches the decision the threshold makes
     search = decision_probe.first_search_contexts(2, 1, TINY_ENV)[0][-2]["content"]
     monkeypatch.setattr(decision_bias.ModelPolicy, "act", lambda self, observation, info: search)
-    never = decision_bias.play(model, tokenizer, math.inf, 2, 3, TINY_ENV)
-    always = decision_bias.play(model, tokenizer, -math.inf, 2, 3, TINY_ENV)
-    assert never["episodes"] == always["episodes"] == 3
-    assert never["decided"] == 3 and never["searched_again"] == 0
-    assert always["decided"] == always["searched_again"] == 3 and always["multihop"] == 1.0
-    assert 0.0 <= never["em"] <= 1.0 and 0.0 <= never["f1"] <= 1.0
+    tasks = range(4)
+    never = decision_bias.play(model, tokenizer, math.inf, 2, tasks, TINY_ENV)
+    always = decision_bias.play(model, tokenizer, -math.inf, 2, tasks, TINY_ENV)
+    assert [e["task"] for e in never] == list(tasks)
+    assert decision_bias.summary(never)["decided"] == 4 and decision_bias.summary(never)["searched_again"] == 0
+    assert decision_bias.summary(always)["searched_again"] == 4 and decision_bias.summary(always)["multihop"] == 1.0
+    # the log-odds do not depend on the threshold: the same decision point, the same model
+    assert [e["log_odds"] for e in never] == [e["log_odds"] for e in always]
+    # a threshold inside the log-odds' range flips some decisions; the shift from the play at 0 replays those and
+    # equals a whole play at that threshold (greedy play is deterministic)
+    values = sorted({e["log_odds"] for e in never})
+    assert len(values) > 1, "the tiny model's log-odds should differ between questions"
+    threshold = (values[0] + values[1]) / 2
+    at_0 = decision_bias.play(model, tokenizer, 0.0, 2, tasks, TINY_ENV)
+    assert decision_bias.shifted(model, tokenizer, at_0, threshold, 2, TINY_ENV) == decision_bias.play(
+        model, tokenizer, threshold, 2, tasks, TINY_ENV)
+    calls = []
+    monkeypatch.setattr(decision_bias, "play", lambda *args, **kwargs: calls.append(list(args[4])) or [])
+    decision_bias.shifted(model, tokenizer, at_0, threshold, 2, TINY_ENV)
+    assert calls == [[e["task"] for e in at_0 if (e["log_odds"] > threshold) != e["searched_again"]]]
