@@ -38,6 +38,7 @@ from decision_probe import (  # noqa: E402
     HELD_OUT,
     OPENINGS,
     adapters_parser,
+    balanced_accuracy,
     first_search_contexts,
     measure_adapters,
     opening_logprobs,
@@ -50,13 +51,6 @@ from agent_gym.contract import MESSAGES  # noqa: E402
 from agent_gym.trainers.backends import SamplingParams  # noqa: E402
 
 CALIBRATION = {**TRAIN_ENV, "num_questions": 4000}  # world 0's train split, where every RL run of the grid trained
-
-
-def balanced_accuracy(log_odds_1hop: Sequence[float], log_odds_2hop: Sequence[float], threshold: float) -> float:
-    """Mean of the share of 1-hop questions answered (log-odds <= threshold) and 2-hop ones searched again."""
-    answered = sum(value <= threshold for value in log_odds_1hop) / len(log_odds_1hop)
-    searched = sum(value > threshold for value in log_odds_2hop) / len(log_odds_2hop)
-    return (answered + searched) / 2
 
 
 def best_threshold(log_odds_1hop: Sequence[float], log_odds_2hop: Sequence[float]) -> tuple[float, float]:

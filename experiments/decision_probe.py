@@ -106,6 +106,13 @@ def opening_logprobs(model: Any, context_ids: list[int], openings: dict[str, lis
     return result
 
 
+def balanced_accuracy(log_odds_1hop: Sequence[float], log_odds_2hop: Sequence[float], threshold: float) -> float:
+    """Mean of the share of 1-hop questions answered (log-odds <= threshold) and 2-hop ones searched again."""
+    answered = sum(value <= threshold for value in log_odds_1hop) / len(log_odds_1hop)
+    searched = sum(value > threshold for value in log_odds_2hop) / len(log_odds_2hop)
+    return (answered + searched) / 2
+
+
 def separation(log_odds_1hop: Sequence[float], log_odds_2hop: Sequence[float]) -> dict[str, float]:
     """How well each question's log-odds of searching again tell its hop count, beyond the mean gap.
 
@@ -115,15 +122,9 @@ def separation(log_odds_1hop: Sequence[float], log_odds_2hop: Sequence[float]) -
     would reach if RL only moved the shared bias from here; its gap to ``decision_accuracy`` is the part of the
     condition that is learned but not yet acted on."""
     pairs = [(two > one) + 0.5 * (two == one) for one in log_odds_1hop for two in log_odds_2hop]
-
-    def accuracy(threshold: float) -> float:
-        answered = sum(value <= threshold for value in log_odds_1hop) / len(log_odds_1hop)
-        searched = sum(value > threshold for value in log_odds_2hop) / len(log_odds_2hop)
-        return (answered + searched) / 2
-
     thresholds = [*log_odds_1hop, *log_odds_2hop, -math.inf]
-    return {"auc": statistics.fmean(pairs), "decision_accuracy": accuracy(0.0),
-            "best_shift_accuracy": max(accuracy(threshold) for threshold in thresholds)}
+    return {"auc": statistics.fmean(pairs), "decision_accuracy": balanced_accuracy(log_odds_1hop, log_odds_2hop, 0.0),
+            "best_shift_accuracy": max(balanced_accuracy(log_odds_1hop, log_odds_2hop, t) for t in thresholds)}
 
 
 def probe(model: Any, tokenizer: Any, contexts: Sequence[list[dict[str, Any]]]) -> dict[str, Any]:
