@@ -12,8 +12,9 @@ After every 25 steps and at the end, the adapter (bf16) and the run's metrics go
 experiments/checkpoints/rl-RUN (replacing the previous ones), so a new machine continues from the repository
 (``--from-repo``: the committed adapter becomes the start, with a fresh optimizer, and the steps count on).
 Finished runs get the final evals: world 7 (the curves' world) and world 1, ``--eval-questions`` of each hop count,
-greedy and sampled. Records go to docs/results/learning.json (one per run), the table to docs/results/rl_table.md,
-the curves to docs/results/rl_curves.png.
+greedy and sampled (``--eval-workers 2`` plays two measures at a time where nothing else runs). Records go to
+docs/results/learning.json (one per run), the table to docs/results/rl_table.md, the curves to
+docs/results/rl_curves.png.
 
 ``--sweep-epochs 3`` starts from the 3-epoch sweep's choice (~/agent-gym-runs/sweep-e3, or the committed
 sweep-e3-warmNN); that campaign's runs are named RECIPE-e3-sN, its table and curves rl_table_e3.md and
@@ -297,15 +298,26 @@ FINAL_MEASURES = {  # key: (world, hops, temperature, seed)
 
 
 def final_eval(args: argparse.Namespace, adapter: Path, path: Path) -> dict[str, Any]:
-    """The final held-out measures of an adapter (a run's, or the warm start's), cached in ``path``."""
+    """The final held-out measures of an adapter (a run's, or the warm start's), cached in ``path`` as each ends;
+    ``args.eval_workers`` of them at a time (each a one-thread child process)."""
     result: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-    for key, (world, hops, temperature, seed) in FINAL_MEASURES.items():
-        if key not in result:
-            start = time.perf_counter()
-            result[key] = measure_adapter(adapter, {**world, "hops": hops}, args.eval_questions, temperature, seed)
-            result[key]["seconds"] = round(time.perf_counter() - start, 1)
+    written = threading.Lock()
+
+    def measure(key: str) -> None:
+        world, hops, temperature, seed = FINAL_MEASURES[key]
+        start = time.perf_counter()
+        measured = measure_adapter(adapter, {**world, "hops": hops}, args.eval_questions, temperature, seed)
+        measured["seconds"] = round(time.perf_counter() - start, 1)
+        with written:
+            result[key] = measured
             _write_json(path, result)
-            print(f"{path.parent.name} {key}: {json.dumps(result[key])}", flush=True)
+        print(f"{path.parent.name} {key}: {json.dumps(measured)}", flush=True)
+
+    missing = [key for key in FINAL_MEASURES if key not in result]
+    # Namespaces built before the option (tests, older callers) play one measure at a time.
+    with ThreadPoolExecutor(max_workers=max(1, getattr(args, "eval_workers", 1))) as pool:
+        for future in [pool.submit(measure, key) for key in missing]:
+            future.result()  # a failed measure raises here; the ones that ended are cached
     return result
 
 
@@ -807,6 +819,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--curve-questions", type=int, default=32, help="held-out questions of each hop count")
     parser.add_argument("--eval-questions", type=int, default=200, help="questions of each final measure")
     parser.add_argument("--no-final-eval", dest="final_eval", action="store_false")
+    parser.add_argument("--eval-workers", type=int, default=1,
+                        help="final measures played at a time, one thread each (2 on a machine the eval has alone)")
     parser.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
                         help="who samples the rollouts; vllm (the warm start's adapter merged in, synced after each "
                              "update) needs --train-python .venv-vllm/bin/python on a CPU machine")

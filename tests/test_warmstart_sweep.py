@@ -467,6 +467,51 @@ def test_a_run_resumed_from_the_repository_at_its_last_step_evaluates_the_commit
     assert all(result[key]["seconds"] >= 0 for key in rl_campaign.FINAL_MEASURES if key != "greedy_1hop")  # timed
 
 
+def test_final_measures_play_side_by_side_and_each_is_cached_as_it_ends(tmp_path: Path, monkeypatch) -> None:
+    import argparse
+    import threading
+
+    import rl_campaign
+
+    first_two = threading.Barrier(2, timeout=10)  # broken, and the measures failed, unless two of them run at once
+    calls: list[str] = []
+    path = tmp_path / "final_eval.json"
+    path.write_text(json.dumps({"greedy_1hop": {"em": 0.5}}))  # measured by an earlier sitting
+
+    def measure(adapter, env_kwargs, questions, temperature, seed):
+        calls.append(adapter.name)
+        if len(calls) <= 2:
+            first_two.wait()
+        return {"em": env_kwargs["hops"] / 2}
+
+    monkeypatch.setattr(rl_campaign, "measure_adapter", measure)
+    result = rl_campaign.final_eval(argparse.Namespace(eval_questions=4, eval_workers=2), tmp_path / "adapter", path)
+
+    assert len(calls) == len(rl_campaign.FINAL_MEASURES) - 1  # the cached measure is not played again
+    assert set(result) == set(rl_campaign.FINAL_MEASURES) and result["greedy_1hop"] == {"em": 0.5}
+    assert json.loads(path.read_text()) == result  # every measure on disk, none lost to a concurrent write
+    assert result["greedy_2hop"]["em"] == 1.0 and result["world1_greedy_1hop"]["em"] == 0.5
+
+
+def test_a_failed_final_measure_keeps_the_ones_that_ended(tmp_path: Path, monkeypatch) -> None:
+    import argparse
+
+    import rl_campaign
+
+    def measure(adapter, env_kwargs, questions, temperature, seed):
+        if temperature > 0:
+            raise RuntimeError("measuring failed: out of memory")
+        return {"em": 0.25}
+
+    monkeypatch.setattr(rl_campaign, "measure_adapter", measure)
+    path = tmp_path / "final_eval.json"
+    with pytest.raises(RuntimeError, match="out of memory"):
+        rl_campaign.final_eval(argparse.Namespace(eval_questions=4, eval_workers=2), tmp_path / "adapter", path)
+    kept = json.loads(path.read_text())
+    greedy = {key for key, (_, _, temperature, _) in rl_campaign.FINAL_MEASURES.items() if temperature == 0}
+    assert set(kept) == greedy and all(kept[key]["em"] == 0.25 for key in greedy)
+
+
 def test_a_run_published_at_a_curve_step_before_its_point_gets_the_point_on_the_next_machine(
         tmp_path: Path, monkeypatch) -> None:
     import argparse
