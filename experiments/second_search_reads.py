@@ -84,8 +84,9 @@ def read_run(records: Sequence[Mapping[str, Any]], tasks: Mapping[str, Task], of
         windows[start][name] += 1
         windows[start]["right"] += int(record["em"] >= 1.0)
     episodes = sum(counter["episodes"] for counter in total.values())
+    steps = [int(record["step"]) + offset for record in records if record.get("task_fields", {}).get("hops") == 2]
     return {
-        "episodes": episodes,
+        "episodes": episodes, "steps": [min(steps), max(steps)] if steps else [],
         "classes": {name: {"episodes": c["episodes"], "share": c["episodes"] / episodes if episodes else 0.0,
                            "em": c["right"] / c["episodes"] if c["episodes"] else None}
                     for name, c in total.items()},
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             records = [record for _, record in iter_jsonl(lines, run_dir / "rollouts.jsonl")]
         reading = read_run(records, run_tasks(run_dir), run_offset(run_dir), args.window)
         readings[run_dir.name] = reading
-        print(f"{run_dir.name}: {reading['episodes']} 2-hop episodes")
+        print(f"{run_dir.name}: {reading['episodes']} 2-hop episodes, steps {reading['steps']}")
         for name, row in reading["classes"].items():
             em = "-" if row["em"] is None else f"{row['em']:.2f}"
             print(f"  {name:20s} {row['episodes']:5d}  share {row['share']:.2f}  EM {em}")

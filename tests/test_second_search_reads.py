@@ -53,7 +53,7 @@ def test_a_run_is_read_over_its_2hop_episodes_by_global_step() -> None:
     ]
     reading = second_search_reads.read_run(records, {"q1": TASK}, offset=25, window=5)
 
-    assert reading["episodes"] == 3
+    assert reading["episodes"] == 3 and reading["steps"] == [26, 31]
     assert reading["classes"]["bridge query"] == {"episodes": 2, "share": 2 / 3, "em": 0.5}
     assert reading["classes"]["one search"]["em"] == 0.0 and reading["classes"]["nothing found"]["em"] is None
     assert list(reading["windows"]) == ["26-30", "31-35"]  # local steps 1-5 and 6 after an offset of 25
